@@ -196,16 +196,17 @@ class ShardedSource:
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
         self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
         self._read = False   # a reading of this term has shown the scope (else `nodes` are the node list's: `listed`)
-        # every node a reading showed, as it showed it (GPU model, pool, site), across terms: what `listed` judges a
-        # node the fleet file does not list by. Not of a term: a node's model, pool and site are not relabelled, and a
-        # new term's dark node needs them as much. Bounded by the fleet's nodes (`listed` forgets one the node list
-        # no longer has)
-        self._seen: dict[str, Node] = {}
+        # (GPU model, pool, site) of every node a reading showed, as it showed them, across terms: what `listed` judges
+        # a node the fleet file does not list by. Not of a term: a node's model, pool and site are not relabelled, and a
+        # new term's dark node needs them as much. Kept only where the inner source has a node list (`_remember`:
+        # without one `listed` never reads them) and forgotten once the node list answers without the node (`listed`),
+        # so bounded by the fleet's nodes; while the node list fails, by the nodes read meanwhile (three strings each)
+        self._seen: dict[str, tuple[str, str, str]] = {}
 
     def new_term(self) -> None:
-        """This replica has just taken its shard's lead (`balancer.loop.Reconciler._take_office`): it starts as a new
-        process would, with no reading (`last_full`, `held`) and no node known (`nodes`) but those the node list tells
-        (`listed`, asked before each reading: `snapshot`). What its readings showed in an earlier term says nothing of
+        """This replica has just taken its shard's lead (`balancer.loop.Reconciler._take_office`): it starts with no
+        reading (`last_full`, `held`) and no node known (`nodes`) but those the node list tells (`listed`, asked before
+        each reading: `snapshot`). What its readings showed in an earlier term says nothing of which nodes are its own
         now: another replica led meanwhile, and nodes were relabelled into other shards, went dark or came back unseen.
         Kept, they were reported as this shard's (gputide_shard_node_info: a node of another shard's owned twice) and
         their power caps renewed while this term held still before any reading reached the scope check, keeping alive
@@ -218,7 +219,11 @@ class ShardedSource:
         reads its first scope; those of the nodes the node list says are this shard's (`listed`) are renewed from the
         first refused reading on. Only a hold that outlasts their expiry with neither a reading nor the node list
         lets them lapse, as a restarted controller's would: renewing a scope nobody can vouch for would keep another
-        shard's caps alive."""
+        shard's caps alive.
+
+        Kept, unlike a new process, is each node's GPU model, pool and site as a reading showed them (`_seen`): a
+        selector on model or pool needs a dark node's model, which only a reading tells, and they are not relabelled.
+        Which node is the shard's is still the node list's labels to decide (`listed`), as for a new process."""
         self.last_full, self.index, self.held = None, np.zeros(0, dtype=np.int64), frozenset()
         self.nodes, self._read = set(), False
 
@@ -229,7 +234,11 @@ class ShardedSource:
         those a reading of this process showed (`_seen`): a dark node relabelled into this shard, dropped by its old
         shard (`relabelled_out` judges labels only), would otherwise fail a selector on model or pool here and be no
         shard's, its power caps lapsing. The labels are always the node list's, so a remembered model never claims a
-        node labelled for another shard. A node neither lists nor any reading showed has no model, so a selector on
+        node labelled for another shard. A node re-imaged with another GPU model while dark is judged by the model a
+        reading last showed until a reading shows the new one: the safe side, fail-static, as the shard that held it
+        goes on holding still for it and renewing its power caps (forgetting the model would leave it to no shard,
+        its caps lapsing), and the shard whose selector names the new model takes it at the reading that shows it.
+        A node neither lists nor any reading showed has no model, so a selector on
         model or pool leaves it to a reading; without `node_overrides`, the fleet file's GPU nodes. None while the
         API's nodes are not listed yet, or where the inner source keeps no node list (the simulator's): which node is
         the shard's is then the reading's alone to tell."""
@@ -242,10 +251,22 @@ class ShardedSource:
                 return frozenset()
             for gone in self._seen.keys() - meta.keys():   # deleted from the cluster: nothing left to judge
                 del self._seen[gone]
-            spec = {name: replace(spec.get(name) or self._seen.get(name) or Node(name=name, gpu_model="", gpu_count=0),
-                                  labels=m.labels)
+            spec = {name: replace(spec.get(name) or self._remembered(name), labels=m.labels)
                     for name, m in meta.items() if name in spec or gpu_node(m)}
         return frozenset(name for name, n in spec.items() if self.selector.matches(n))
+
+    def _remembered(self, name: str) -> Node:
+        """Node `name` with the GPU model, pool and site a reading last showed (`_seen`; none known: no model)."""
+        if name not in self._seen:
+            return Node(name=name, gpu_model="", gpu_count=0)
+        model, pool, site = self._seen[name]
+        return Node(name=name, gpu_model=model, gpu_count=0, pool=pool, site=site)
+
+    def _remember(self, nodes: tuple[Node, ...]) -> None:
+        """Keep `nodes`' GPU model, pool and site for `listed`, where the inner source has a node list to prune them
+        by (none: `listed` never reads them, and nothing would forget a node gone from the fleet)."""
+        if callable(getattr(self.inner, "node_overrides", None)):
+            self._seen.update((n.name, (n.gpu_model, n.pool, n.site)) for n in nodes)
 
     def owns(self, name: str, node: Node | None) -> bool:
         """Whether node `name` is this shard's (`base.NodeScope`): one the reading shows (`node`) by the selector; one
@@ -253,7 +274,7 @@ class ShardedSource:
         (`nodes`), so the dark node holds its own shard."""
         if node is None:
             return name in self.nodes
-        self._seen[name] = node
+        self._remember((node,))
         self._shown[name] = mine = self.selector.matches(node)
         return mine
 
@@ -288,7 +309,7 @@ class ShardedSource:
                 self.nodes = (self.nodes - set(self._shown)) | {n for n, mine in self._shown.items() if mine}
                 self._read = True
             raise
-        self._seen.update((n.name, n) for n in full.nodes)
+        self._remember(full.nodes)
         part, index = restrict(full, self.selector)
         # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether
         # (its exporter dark) stays with the shard that last held it. So even when none is left here: a shard whose
