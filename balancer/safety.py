@@ -187,11 +187,14 @@ class _Tally:
     given as data) and this review's evictions per cluster PodDisruptionBudget. `per_owner`: the migrations still
     settling from the ledger; `moved`: those this review accepted; `landing`: per node, the owners of those of
     `per_node` past the settle window whose replacement may not run yet (`_in_flight`), for the refusal to say so and
-    to tell the nodes that stay full (`_full`)."""
+    to tell the nodes that stay full (`_full`); `pending`: per node, the owners of those still settling there that
+    `_in_flight` takes for their owner's replica not running: once settled they count as landing, so the node stays
+    full too (`_full`)."""
 
     budget: int
     per_node: dict[str, int] = field(default_factory=dict)
     landing: dict[str, list[str]] = field(default_factory=dict)
+    pending: dict[str, list[str]] = field(default_factory=dict)
     per_owner: dict[str, int] = field(default_factory=dict)
     moved: dict[str, int] = field(default_factory=dict)
     short: dict[str, int] = field(default_factory=dict)
@@ -491,7 +494,9 @@ def _in_flight(t: _Tally, ledger: SafetyLedger, now: float, p: SafetyPolicy) -> 
             recent.setdefault(owner, []).append((when, dst, settling))
     for owner, moves in recent.items():
         for _, dst, settling in sorted(moves, reverse=True)[:t.short[owner]]:
-            if not settling:   # one still settling counts on its nodes already
+            if settling:   # counts on its nodes already; past the window it counts as landing (`_full`)
+                t.pending.setdefault(dst, []).append(owner)
+            else:
                 t.per_node[dst] = t.per_node.get(dst, 0) + 1
                 t.landing.setdefault(dst, []).append(owner)
 
@@ -499,11 +504,15 @@ def _in_flight(t: _Tally, ledger: SafetyLedger, now: float, p: SafetyPolicy) -> 
 def _full(t: _Tally, p: SafetyPolicy) -> frozenset[str]:
     """The nodes that stay full for a while (`MaxConcurrentMigrations.full_nodes`): those whose migrations past
     `migrationSettleS` still landing (`t.landing`) alone reach the limit, held until their owner's replicas run or
-    `cooldownS` passes. Not those full only with migrations still settling (their sources too) or accepted in this
+    `cooldownS` passes, counting with them those still settling that are taken for their owner's replica not running
+    (`t.pending`): once settled they count as landing, so they free no room either. Left out, a node whose move 10 s
+    ago is its owner's Pending one was proposed the next cycle and refused again, one node a cycle, the hot GPU
+    throttled late. Not those full only with other migrations still settling (their sources too) or accepted in this
     review: they free within `migrationSettleS`, and kept off them for `refusedTargetRetryS` the pod was throttled
     though one had room by then (the loop keeps it off the refused target itself whatever it holds). One pass over
-    the nodes with any landing."""
-    return frozenset(node for node, owners in t.landing.items() if len(owners) >= p.max_concurrent_migrations_per_node)
+    the nodes with any landing or pending."""
+    held = {n: len(t.landing.get(n, ())) + len(t.pending.get(n, ())) for n in t.landing.keys() | t.pending.keys()}
+    return frozenset(node for node, count in held.items() if count >= p.max_concurrent_migrations_per_node)
 
 
 def _in_flight_on(node: str, t: _Tally, p: SafetyPolicy) -> str:

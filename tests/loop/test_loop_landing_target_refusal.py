@@ -11,12 +11,16 @@ Pending: short 1, that move holds its target node."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from types import MappingProxyType
+
 from loop_helpers import make_fleet, snapshot, workload
 
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.config import BalancerPolicy, SafetyPolicy
 from balancer.loop import Reconciler
-from balancer.model import ClusterSnapshot, Migrate
+from balancer.model import ClusterSnapshot, DisruptionBudget, Migrate
+from balancer.noderules import Selector
 from balancer.plan.planner import PlannerState
 from balancer.safety import PodDisruptionBudget, SafetyGuard, SafetyLedger
 
@@ -189,3 +193,56 @@ def test_a_pod_whose_owner_is_at_its_limit_is_not_refused_for_its_target_alone()
         guard = SafetyGuard(LIMIT, pdbs=[PodDisruptionBudget(owner="web", max_unavailable=max_unavailable)])
         (_, exc), = guard.review([to_n1], five, alone, T0 + 30.0).rejected
         assert exc.reason == "max_concurrent_migrations" and exc.target_only is target_only, str(exc)
+
+
+def test_a_cluster_pod_disruption_budget_allowing_no_eviction_makes_it_no_target_refusal_alone() -> None:
+    """The cluster's own PodDisruptionBudgets are asked with the owner's limits: one that allows web-0 no eviction
+    now refuses its move to any node, so the refusal for n1 (svc-x's replacement landing there) is not the target's
+    alone, and the pod is not kept off n1 only to be proposed elsewhere and refused again."""
+    labelled = replace(WEB, labels=MappingProxyType({"app": "web"}))
+    to_n1 = Migrate(workload="inference/web-0", source_gpus=(0,), target_gpus=(4,), target_node="n1", reason="hot",
+                    expected_gain=1.0)
+    base = snapshot(FL, workloads=[(labelled, (0,)), (PENDING, ())], temps={0: 86}, time=T0)
+    for allowed, target_only in ((0, False), (1, True)):
+        pdb = DisruptionBudget("web-pdb", "inference", Selector.from_json({"matchLabels": {"app": "web"}}), allowed)
+        snap = replace(base, disruption_budgets=(pdb,))
+        (_, exc), = SafetyGuard(LIMIT).review([to_n1], snap, landing("n2", "n1"), T0).rejected
+        assert exc.reason == "max_concurrent_migrations" and exc.target_only is target_only, (allowed, str(exc))
+
+
+FL4 = make_fleet(4, 4)
+PENDING_Y = workload("y-new", owner="svc-y")   # svc-y's replacement, not placed: svc-y short 1
+
+
+def test_a_node_whose_settling_move_is_its_owners_pending_one_is_kept_off_with_the_landing_ones() -> None:
+    """Four nodes, limit 1: svc-x's replacement landing on n1 (moved 90 s before the first cycle); svc-y moved
+    n3 -> n2 at T0+20, its replacement Pending (svc-y short 1). That move is still settling at T0+30, but it is the
+    one svc-y is taken to wait on: past the settle window it counts as landing on n2, so n2 stays full like n1. The
+    move to n1 refused at T0+30, the pod is kept off n1 and n2 at once. Before, only n1: n2 was proposed at T0+60 and
+    refused, one node a cycle. n3, svc-y's source, is full only while the move settles, and is tried in its turn."""
+    clock = [T0]
+
+    class Four:
+        def snapshot(self) -> ClusterSnapshot:
+            return snapshot(FL4, workloads=[(WEB, (0,)), (PENDING, ()), (PENDING_Y, ())], temps={0: 86},
+                            time=clock[0])
+
+    rec = Reconciler(source=Four(), actuator=Applies(),
+                     policy=BalancerPolicy().with_section("safety", max_concurrent_migrations_per_node=1),
+                     clock=lambda: clock[0])
+    rec.ledger = SafetyLedger(migrations=((T0 - 90.0, "n3", "n1", "svc-x"), (T0 + 20.0, "n3", "n2", "svc-y")))
+    targets, full = [], []
+    for _ in range(3):
+        report = rec.run_once()
+        targets.append(next((a.target_node for a in report.plan.actions if isinstance(a, Migrate)), None))
+        full.append({n for w, n in rec.state.refused_targets if w == "inference/web-0"})
+        clock[0] += 30.0
+    assert targets == [None, "n1", "n3"], targets   # before: [None, "n1", "n2"]
+    assert full[1] == {"n1", "n2"}, full   # before: {"n1"}
+    # the guard: at T0+30 n1 (landing) and n2 (its owner's Pending one, settling) stay full; n3 frees at T0+80
+    to_n1 = Migrate(workload="inference/web-0", source_gpus=(0,), target_gpus=(4,), target_node="n1", reason="hot",
+                    expected_gain=1.0)
+    four = snapshot(FL4, workloads=[(WEB, (0,)), (PENDING, ()), (PENDING_Y, ())], temps={0: 86}, time=T0 + 30.0)
+    ledger = SafetyLedger(migrations=((T0 - 90.0, "n3", "n1", "svc-x"), (T0 + 20.0, "n3", "n2", "svc-y")))
+    (_, exc), = SafetyGuard(LIMIT).review([to_n1], four, ledger, T0 + 30.0).rejected
+    assert exc.target_only and exc.full_nodes == {"n1", "n2"}, (exc.full_nodes, str(exc))
