@@ -120,6 +120,9 @@ DEFAULT_GRACE_S = 30.0   # a pod's terminationGracePeriodSeconds when its spec s
 GRACE_SLACK_S = 60.0     # after a victim's grace period: the kubelet's kill, the watch, the pass that binds
 MAX_HOLD_S = 3600.0      # the longest a preemption holds a node, however long its victims' grace periods
 UNANSWERED_ASKS = 3      # evictions of one victim, each unanswered and found not landed, before its node is given back
+# how long an eviction that got no answer may still land at the API server: twice its default request timeout (60 s,
+# --request-timeout). A victim read running later than that after its last unanswered eviction was not evicted by it
+IN_FLIGHT_S = 120.0
 
 
 class EvictionsStopped(ActuationError):
@@ -455,6 +458,7 @@ class Preemptor:
         # the earlier one may still land: `_evict_one`) or the preemption ends
         # (`release`, which reads it first; `held`, `forget`)
         self._unsure: dict[tuple[str, str], dict[str, str]] = {}
+        self._asked_at: dict[tuple[str, str, str], float] = {}   # (pod, node, victim) -> its last unanswered eviction
         # (pod, node) -> {victim: (its uid, evictions of that pod asked in the preemption that got no answer: `_ask`;
         # an answered refusal between them does not begin the count again)}, kept and
         # forgotten as `_unsure` is: at `UNANSWERED_ASKS` the victim is no longer asked and the node is given back
@@ -498,6 +502,7 @@ class Preemptor:
         self._unsure, self._unanswered = ({(k, n): v for (k, n), v in m.items() if k in self._held.get(n, {}) or (
             isinstance(e := seen.get(n, {}).get(k), Mapping) and (parse_time(e.get("expires")) or 0) > now)}
             for m in (self._unsure, self._unanswered))
+        self._prune_asked()
         return self._held
 
     def release(self, node: str, key: str) -> None:
@@ -522,6 +527,15 @@ class Preemptor:
                             victim, key, err)
         self._unsure.pop((key, node), None)
         self._unanswered.pop((key, node), None)
+        self._prune_asked()
+
+    def _prune_asked(self) -> None:
+        """`_asked_at` only for the doubts still kept (`_unsure`): bounded by the holds, as they are."""
+        self._asked_at = {(k, n, v): t for (k, n, v), t in self._asked_at.items() if v in self._unsure.get((k, n), {})}
+
+    def _in_flight(self, key: str, node: str, victim: str) -> bool:
+        """Whether `key`'s last eviction of `victim` on `node` that got no answer may still land (`IN_FLIGHT_S`)."""
+        return self.clock() - self._asked_at.get((key, node, victim), float("-inf")) < IN_FLIGHT_S
 
     def _budgets(self, namespaces: set[str]) -> tuple[dict[str, int], list[tuple[str, str, Selector]]]:
         """({budget: disruptions allowed}, [(budget, namespace, selector)]) of `namespaces`, listed at most once per
@@ -605,6 +619,7 @@ class Preemptor:
         victim found terminating or gone in this term may be another leader's eviction (counted by that leader),
         its own having failed."""
         self._held, self._budget_list, self._spent, self._unsure, self._unanswered = {}, None, {}, {}, {}
+        self._asked_at = {}
 
     def preempt(self, req: Json, choice: Preemption) -> Evictions:
         """Reserve the node for `req` (its victims written on the reservation, `LEFT`), evict the victims, write
@@ -779,15 +794,19 @@ class Preemptor:
         between the read and the eviction). An eviction that may have landed unseen is remembered by the uid read
         (`_ask`, `_unsure`) until a later read finds the victim terminating or gone (`_landed`) or an eviction of it
         is sent again (`_overtaken`); one whose evictions got no answer `UNANSWERED_ASKS` times while it ran on is
-        not asked again (`EvictionUnanswered`). A read finding it running keeps the doubt: the earlier eviction may
-        still be in flight at the API server (a 504 leaves it so), and where none is sent now (the emergency stop,
-        `UNANSWERED_ASKS`, a 429) it lands after the read; forgotten at the read, the next pass found the victim
-        terminating already: never counted, no Event `Preempted`."""
+        not asked again (`EvictionUnanswered`). A read finding it running within `IN_FLIGHT_S` of that eviction keeps
+        the doubt: the eviction may still be in flight at the API server (a 504 leaves it so), and where none is sent
+        now (the emergency stop, `UNANSWERED_ASKS`, a 429) it lands after the read; forgotten at the read, the next
+        pass found the victim terminating already: never counted, no Event `Preempted`. Read running later than
+        that, it was not evicted by it: the doubt is dropped, so a victim its owner deletes later (a rollout) is not
+        counted as preempted."""
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending, self._landed(key, node, victim, meta.get("uid") or "")
         if self._unsure.get((key, node), {}).get(victim) not in (None, meta.get("uid")):   # made again: not that pod
             self._forget(key, node, victim)
+        elif victim in self._unsure.get((key, node), {}) and not self._in_flight(key, node, victim):
+            self._forget(key, node, victim)   # running past any flight of that eviction: it did not land
         if (asked := self._asks(key, node, victim, meta.get("uid") or "")) >= UNANSWERED_ASKS:
             raise EvictionUnanswered(f"evicting {victim} got no answer {asked} times while it kept running on {node}: "
                                      "not asked again")
@@ -829,6 +848,7 @@ class Preemptor:
                     self._overtaken(key, node, victim, uid)
                 if unsure and uid:
                     self._unsure.setdefault((key, node), {})[victim] = uid
+                    self._asked_at[(key, node, victim)] = self.clock()
                 if unsure:   # an answered refusal (a 429: a budget, throttling) leaves the count as it is
                     self._count(key, node, victim, pod, True)
                 raise
@@ -896,22 +916,26 @@ class Preemptor:
             done.went.append(victim)
 
     def _went(self, key: str, node: str, victim: str) -> bool:
-        """Whether `victim`, left to evict for `key` on `node` and no longer among the pass's pods running there
-        (bound, not finished), left through this replica's eviction that got no answer (`_unsure`), as a read of it
-        now says (`_landed`): no pod of its name is on `node` any more (404), or that pod is being deleted
-        (`deletionTimestamp`). One found finished on its own (Succeeded, Failed: the pass's bound pods leave such
-        pods out) was not evicted: that eviction did not land, and it is forgotten uncounted, as one found still
-        running is. A read that fails raises (ActuationError), the doubt kept for the next pass (`_judge`). False
-        for a victim it never asked to evict (not read)."""
+        """Whether `victim`, left to evict for `key` on `node` and no longer among the pass's pods running there (bound,
+        not finished), left through this replica's eviction that got no answer (`_unsure`), as a read of it now says
+        (`_landed`): no pod of its name is on `node` any more (404), or that pod is being deleted (`deletionTimestamp`).
+        One found finished on its own (Succeeded, Failed: the pass's bound pods leave such pods out) was not evicted:
+        that eviction did not land, and it is forgotten uncounted, as one found still running `IN_FLIGHT_S` after the
+        eviction is (within it, that eviction may still land: the doubt is kept). A read that fails raises
+        (ActuationError), the doubt kept for the next pass (`_judge`). False for a victim it never asked to evict (not
+        read)."""
         if victim not in self._unsure.get((key, node), {}):
             return False
         try:
-            meta = self._read(node, victim).get("metadata") or {}
+            pod = self._read(node, victim)
         except NotFoundError:
             return self._landed(key, node, victim)
+        meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return self._landed(key, node, victim, meta.get("uid") or "")
-        self._forget(key, node, victim)   # finished on its own, or running on unseen: not evicted
+        finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if finished or not self._in_flight(key, node, victim):
+            self._forget(key, node, victim)   # finished on its own, or running past the eviction's flight: not evicted
         return False
 
     def _landed(self, key: str, node: str, victim: str, uid: str | None = None) -> bool:
@@ -950,6 +974,7 @@ class Preemptor:
         a read of it told whether it landed."""
         asked = self._unsure.get((key, node), {})
         was = asked.pop(victim, None)
+        self._asked_at.pop((key, node, victim), None)
         if not asked:
             self._unsure.pop((key, node), None)
         return was

@@ -49,3 +49,23 @@ def test_an_own_unanswered_eviction_landing_after_a_refused_ask_is_counted(kube:
     sched.schedule_once()
     assert sched.preempted == [("default/v", "a")]
     assert events(kube, "v") == [("Preempted", "Preempted by default/low on node a")]
+
+
+def test_a_victim_read_running_past_the_evictions_flight_and_deleted_by_its_owner_is_not_counted(kube: FakeKube,
+                                                                                                 api, clock):
+    # kept for as long as the hold (an hour, renewed while refusals came), the doubt counted a victim its owner
+    # deleted 40 minutes on (a rollout) as preempted, with a false Event (audit s36a20): read running IN_FLIGHT_S
+    # after the eviction that got no answer, it was not evicted by it
+    from balancer.actuate.k8s_preempt import IN_FLIGHT_S
+
+    stop = StopUntilLifted(kube, clock)
+    sched = low_unanswered(kube, api, clock, emergency_stop=stop)
+    stop.read = stop.landed = True   # the stop holds from now on, and no eviction lands
+    clock.advance(IN_FLIGHT_S + 5)
+    sched.schedule_once()                                              # low's read: v running, past the flight
+    assert kube.calls("POST", r"/pods/v/eviction$") == []
+    terminate(kube, clock, "v")                                        # its owner deletes it
+    stop.lifted = True
+    clock.advance(5)
+    sched.schedule_once()
+    assert sched.preempted == [] and events(kube, "v") == []
