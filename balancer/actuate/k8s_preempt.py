@@ -900,8 +900,10 @@ class Preemptor:
     def _judge(self, key: str, node: str, victim: str, done: Evictions) -> None:
         """`victim`, left to evict for `key` on `node` and no longer among the pass's running pods, added to `done`:
         to `evicted` and `went` where this replica's eviction of it, unanswered, made it leave (`_went`); to `left`
-        where it cannot be read now (`error`: the read's, unless an eviction's came first), so that the next pass
-        reads it again rather than dropping it from the reservation, its eviction never counted."""
+        where it cannot be read now (`error`: the read's, unless an eviction's came first), or where it is read
+        running within `IN_FLIGHT_S` of its eviction (the pass's list lagging), so that the next pass reads it again
+        rather than dropping it from the reservation (its doubt then judged only at release, with no window: a later
+        deletion by its owner counted as preempted)."""
         try:
             went = self._went(key, node, victim)
         except ActuationError as err:
@@ -914,6 +916,8 @@ class Preemptor:
         if went:
             done.evicted.append(victim)
             done.went.append(victim)
+        elif victim in self._unsure.get((key, node), {}):   # read running within `IN_FLIGHT_S`: read again next pass
+            done.left.append(victim)
 
     def _went(self, key: str, node: str, victim: str) -> bool:
         """Whether `victim`, left to evict for `key` on `node` and no longer among the pass's pods running there (bound,
