@@ -50,11 +50,16 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   rest, so newer kubelets with more fields answer the same, and older ones without a field answer it empty).
 * `PodAttribution(client, grace_s)`: turns the answer into `WorkloadInfo`s for this node's GPUs. If the kubelet
   does not answer (restarting, socket not mounted, permission denied), the last answer is kept for `grace_s`
-  seconds and then dropped, so a lasting outage shows as no attribution rather than as frozen pods; it also
-  collects its own health: `gputide_pod_resources_up`, `gputide_pod_resources_last_success_timestamp_seconds` and
-  `gputide_pod_resources_unmatched_devices` (device IDs of a GPU or MIG resource, and DRA devices of a GPU driver,
-  that match no GPU of this exporter: another node's, a MIG device NVML does not know, an ID format or device name
-  not known here; each logged once).
+  seconds and then dropped, so a lasting outage shows as no attribution rather than as frozen pods. It is dropped
+  only by a collection after one that already failed, whose scrape published `gputide_pod_resources_up` 0: where
+  the first failed collection is past `grace_s` already (`grace_s` 0, or scrapes further apart than it), that
+  scrape publishes up 0 with the kept pods and the next drops them. Both in one scrape, Prometheus' remote write
+  with several shards could deliver the pods' stale markers before up 0 (up to its `batch_send_deadline`, 5 s,
+  apart), and the controller, which reads pod attribution with up 0 (`gpu:pod_attribution_down:bool`), saw GPUs
+  with no pods and no up 0 for a moment: free. It also collects its own health: `gputide_pod_resources_up`,
+  `gputide_pod_resources_last_success_timestamp_seconds` and `gputide_pod_resources_unmatched_devices` (device
+  IDs of a GPU or MIG resource, and DRA devices of a GPU driver, that match no GPU of this exporter: another
+  node's, a MIG device NVML does not know, an ID format or device name not known here; each logged once).
 * Pods that have finished: kubelets list a pod's devices until the pod object is gone, Succeeded and Failed ones
   included (kubernetes#119423; newer kubelets leave terminal pods out), and `List` says nothing
   of a pod's phase, UID or start. So a GPU whose Job pod completed still names that pod, and once the device plugin
@@ -318,12 +323,13 @@ class PodAttribution:
                                 for c in (_claim(a) for a in self._last if not a.claim)}
         except grpc.RpcError as exc:
             self._up = False
-            if self._failing_since is None:
+            published_down = self._failing_since is not None   # an earlier failed collection's scrape said up 0
+            if not published_down:
                 self._failing_since = now
                 log.warning("kubelet PodResources at %s not answering (%s); keeping the last answer for %.0f s",
                             getattr(self.client, "socket", "?"), exc.code() if hasattr(exc, "code") else exc,
                             self.grace_s)
-            if self._last is not None and now - self._last_ok > self.grace_s:
+            if self._last is not None and now - self._last_ok > self.grace_s and published_down:
                 log.error("kubelet PodResources silent for %.0f s: GPUs are published without their pods",
                           now - self._last_ok)
                 self._last = None
