@@ -20,9 +20,10 @@ controller does (--lease-name, --shard, --lease-namespace, else its POD_NAMESPAC
 service-account namespace file names, else gputide: `controller_writers`; the Deployment's namespace where its pod
 mounts the token, gputide where it mounts none (automountServiceAccountToken false), either where that is left to its
 ServiceAccount; the deepest mount over that file decides (one at /run over /var/run: a symlink to /run in the
-image), the container's own or the ServiceAccount admission plugin's, which mounts the pod's first volume named
-kube-api-access-*, of whatever kind, where it has one: the Deployment's namespace where it gives metadata.namespace
-there, else any) or cannot be told from them (a $(VAR) set from a ConfigMap,
+image, and on the host where a hostPath of its /var is at /var), the container's own or the ServiceAccount
+admission plugin's, which mounts the pod's first volume named kube-api-access-*, of whatever kind, where it has one:
+the Deployment's namespace where it gives metadata.namespace there, else any) or cannot be told from them (a $(VAR)
+set from a ConfigMap,
 a Secret or envFrom in one of those three, such a POD_NAMESPACE, or such a volume over the namespace file: any Lease it
 may be, each $(VAR) any text; refused saying which), or the Lease itself held by a holder whose renewal has not expired
 by this machine's clock (a controller run some other way). Each HPA is patched at the resourceVersion it was read at and
@@ -277,11 +278,11 @@ def _namespace_file(pod: Json, container: Json, namespace: str) -> tuple[tuple[s
     as the Deployment's namespace, and a hand-over of the Lease its namespace key names went ahead under it. The
     deepest mount over the file decides, the container's own or the plugin's (`_deepest`: the runtime mounts the
     deeper over the shallower; an emptyDir at /var/run under a mounted token reads the token's; one at /run is over
-    /var/run's, the image's /var/run a symlink to /run; two at one place, which the plugin's comparing paths as
-    written allows, may each be it): the Deployment's namespace where it is a projected (or
-    downwardAPI) volume giving the pod's namespace as that file (`_gives_namespace`), as a hand-made token mount
-    does; else any namespace (`_ANY_FILE`, a ConfigMap's, a Secret's or a hostPath's file there naming a third one,
-    an emptyDir written by another container)."""
+    /var/run's, the image's /var/run a symlink to /run, and the host's where a hostPath of its /var is mounted at
+    /var, `_links`; two at one place, which the plugin's comparing paths as written allows, may each be it): the
+    Deployment's namespace where it is a projected (or downwardAPI) volume giving the pod's namespace as that file
+    (`_gives_namespace`), as a hand-made token mount does; else any namespace (`_ANY_FILE`, a ConfigMap's, a
+    Secret's or a hostPath's file there naming a third one, an emptyDir written by another container)."""
     from balancer.cmd.run import DEFAULT_NAMESPACE, SERVICE_ACCOUNT_NAMESPACE
 
     file = PurePosixPath(SERVICE_ACCOUNT_NAMESPACE)
@@ -289,7 +290,7 @@ def _namespace_file(pod: Json, container: Json, namespace: str) -> tuple[tuple[s
     pod, token = _token_mount(pod, container, str(file.parent))
     automount = pod.get("automountServiceAccountToken")
     worlds = {True: [[*own, *token]], False: [own]}.get(automount, [[*own, *token], own])
-    found = [m for world in worlds for m in (_deepest(world, file) or [None])]   # None: no file there, gputide
+    found = [m for world in worlds for m in (_deepest(pod, world, file) or [None])]   # None: no file, gputide
     head = (f"with no --lease-namespace or POD_NAMESPACE, `gputide run` elects in the namespace that {file} names, "
             "else in gputide")
     odd = next((m for m in found if m is not None and not _gives_namespace(pod, m, file)), None)
@@ -324,18 +325,46 @@ def _token_mount(pod: Json, container: Json, at: str) -> tuple[Json, list[Json]]
     return pod, [{"name": volume["name"], "mountPath": at, "readOnly": True}]
 
 
-def _deepest(mounts: list[Json], file: PurePosixPath) -> list[Json]:
-    """The ones of `mounts` over `file` (the file itself or a folder above it) that may be the one read there ([] if
-    none): the runtime mounts them in the order of their cleaned paths' depth as written, a later one over an earlier
-    one, so the last is the deepest as written; those of the deepest place in the container (/run read as /var/run,
-    `_mount_path`) are taken too, and each of a depth tied (their order there is not read here): one too many refuses
-    a hand-over, one missed lets it go ahead under a controller. An own mount at /var (or /) hides the image's
-    /var/run -> /run: no mount at /run is over the file then."""
-    linked = not any(_cleaned(m) in _HIDES_RUN for m in mounts)
-    where = _mount_path if linked else _cleaned
-    over = [m for m in mounts if where(m) in (file, *file.parents)]
-    last = [max((len(at(m).parts) for m in over), default=0) for at in (where, _cleaned)]
-    return [m for m in over if len(where(m).parts) == last[0] or len(_cleaned(m).parts) == last[1]]
+def _deepest(pod: Json, mounts: list[Json], file: PurePosixPath) -> list[Json]:
+    """The ones of `mounts` (`pod`'s container's) over `file` (the file itself or a folder above it) that may be the
+    one read there ([] if none): the runtime mounts them in the order of their cleaned paths' depth as written, a later
+    one over an earlier one, so the last is the deepest as written; those of the deepest place in the container (/run
+    read as /var/run, `_mount_path`, where /var/run may be the symlink to /run: `_links`) are taken too, and each of a
+    depth tied (their order there is not read here): one too many refuses a hand-over, one missed lets it go ahead
+    under a controller."""
+    out: list[Json] = []
+    for linked in _links(pod, mounts):
+        where = _mount_path if linked else _cleaned
+        over = [m for m in mounts if where(m) in (file, *file.parents)]
+        last = [max((len(at(m).parts) for m in over), default=0) for at in (where, _cleaned)]
+        out += [m for m in over if (len(where(m).parts) == last[0] or len(_cleaned(m).parts) == last[1])
+                and not any(m is o for o in out)]
+    return out
+
+
+def _links(pod: Json, mounts: list[Json]) -> tuple[bool, ...]:
+    """Whether the container's /var/run may be a symlink to /run (True) and whether it may be none (False), as
+    `mounts` leave the image's: a mount at /var (or /) hides it, the deepest of them deciding (the runtime mounts it
+    last); a hostPath of the host's own /var (or /) mounted there brings the host's /var/run, on a systemd host (every
+    current distribution) the symlink to /run, which the runtime and the controller follow inside the container, so
+    both may be (a host with /var/run a folder of its own gives its own files). Taken for hiding it, a ConfigMap at
+    /run/secrets/kubernetes.io/serviceaccount beside the admission plugin's token in such a pod was over no file: the
+    controller taken for its Deployment's namespace's alone, while it may read the ConfigMap's (a hostPath /var at
+    /host/var is no mount at /var: it changes nothing here)."""
+    hides = [m for m in mounts if _cleaned(m) in _HIDES_RUN]
+    if not hides:
+        return (True,)
+    top = max(len(_cleaned(m).parts) for m in hides)
+    host = any(len(_cleaned(m).parts) == top and _host_own(pod, m) for m in hides)
+    return (False, True) if host else (False,)
+
+
+def _host_own(pod: Json, mount: Json) -> bool:
+    """Whether `mount` shows the host's own folder at the same place: a hostPath of `mount`'s own path (cleaned as
+    the kubelet resolves it), with no subPath."""
+    path = str((_volume(pod, mount).get("hostPath") or {}).get("path") or "")
+    return bool(path) and not mount.get("subPath") and not mount.get("subPathExpr") \
+        and PurePosixPath(posixpath.normpath("/" + path.lstrip("/"))) == _cleaned(mount)
 
 
 _RUN, _VAR_RUN = PurePosixPath("/run"), PurePosixPath("/var/run")
