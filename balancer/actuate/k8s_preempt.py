@@ -59,7 +59,7 @@ still make room for it there (`makes_room`): a pod of higher priority may have b
 hold is not held against it), or hold it; then none is evicted any more, the node is given back and the pod's
 nomination cleared (`k8s_holds`), and it plans afresh at the next pass. An eviction that got no answer (a timeout, a
 connection reset; or a retry's 404 or 409 after such a try) may have landed: where the preemption goes on, its victim
-is left to evict, remembered by uid for the rest of the preemption in the replica's term (`Preemptor._unsure`); found
+is left to evict, remembered by uid for the rest of the preemption in the replica's term (`Doubt.uid`); found
 terminating or gone by a later pass (not finished on its own), it is counted and said as evicted, with its Event
 `Preempted` (`Evictions`), while a victim the replica never asked to evict is not. A victim whose evictions get no
 answer `UNANSWERED_ASKS` times in the preemption, found running after each, is not asked again: with nothing else
@@ -69,7 +69,7 @@ outlasts passes less than `reserve_s` apart that count them (refusals alone for 
 with it: a later preemption counts afresh). An answered refusal between them (429: a budget, or
 throttling) does not begin the count again: it says nothing of whether they landed, and counted "in a row" the
 unanswered ones renewed the hold up to the hour's cap. They are counted by the victim's uid: a pod made again under
-its name (a StatefulSet's) starts its own count (`Preemptor._asks`).
+its name (a StatefulSet's) starts its own count (`Preemptor._asks`; one record per victim: `k8s_preempt_doubts`).
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold
 )
 from balancer.actuate.k8s_migrate import eviction
 from balancer.actuate.k8s_nodes import annotation_map_change
+from balancer.actuate.k8s_preempt_doubts import NEVER, Doubts
 from balancer.actuate.k8s_workloads import disruption_budget
 from balancer.actuate.kubernetes import (
     GPU_RESOURCE,
@@ -135,7 +136,7 @@ class EvictionUnanswered(ActuationError):
 
 
 def unread_error(victim: str, err: ActuationError) -> ActuationError:
-    """The error of a pass that could not read `victim`, whose eviction got no answer earlier (`Preemptor._unsure`),
+    """The error of a pass that could not read `victim`, whose eviction got no answer earlier (`Doubt.uid`),
     to tell whether that eviction landed (`err`: the read's): it is read again at the next pass, not evicted."""
     return ActuationError(f"cannot read {victim} to tell whether its unanswered eviction landed: {err}")
 
@@ -157,7 +158,7 @@ class Evictions:
     gputide_scheduler_preempted_pods_total, pods evicted through the Eviction API), though no eviction was made.
 
     `evicted` also holds the victims whose eviction this replica asked earlier in the preemption (this term) and that
-    may have landed unseen (`Preemptor._unsure`: every try unanswered, a timeout or a connection reset; or a retry
+    may have landed unseen (`Doubt.uid`: every try unanswered, a timeout or a connection reset; or a retry
     answered 404 or 409 after such a try, what a landed try leaves), found now terminating (the pod it asked to
     evict, by uid) or gone: their eviction landed, so they are counted and said evicted, with their Event
     `Preempted`. They were not: left to evict, they were found terminating (`terminating`) or gone (dropped unsaid)
@@ -452,21 +453,15 @@ class Preemptor:
         self.emergency_stop: Callable[[], str | None] = lambda: None
         self.stopped_nodes: frozenset[str] = frozenset()   # the pass's nodes that carry the per-node stop
         self._said_stop: str | None = None
-        # (pod, node) -> {victim: uid}: the victims of a preemption of this term whose eviction may have landed unseen
-        # (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was), each until a read of it tells
-        # (`_landed`, `_forget`), an eviction of it is sent again, its own or another's (`_overtaken`; found running,
-        # the earlier one may still land: `_evict_one`) or the preemption ends
-        # (`release`, which reads it first; `held`, `forget`)
-        self._unsure: dict[tuple[str, str], dict[str, str]] = {}
-        self._asked_at: dict[tuple[str, str, str], float] = {}   # (pod, node, victim) -> its last unanswered eviction
-        # (pod, node) -> {victim: (its uid, evictions of that pod asked in the preemption that got no answer: `_ask`;
-        # an answered refusal between them does not begin the count again)}, kept and
-        # forgotten as `_unsure` is: at `UNANSWERED_ASKS` the victim is no longer asked and the node is given back
-        # (`resume`). By uid: a pod made again under the victim's name (a StatefulSet's) starts its own count
-        self._unanswered: dict[tuple[str, str], dict[str, tuple[str, int]]] = {}
-        # (pod, node, victim) -> until when that pod does not preempt that victim there again: its node was given back
-        # for it (`resume`: its evictions went unanswered while it ran on)
-        self._passed_over: dict[tuple[str, str, str], float] = {}
+        # (pod, node, victim) -> one record (`k8s_preempt_doubts.Doubt`): the doubt of an eviction of this term that
+        # may have landed unseen (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was) and when
+        # it was asked, each until a read of it tells (`_landed`, `_forget`), an eviction of it is sent again, its own
+        # or another's (`_overtaken`; found running, the earlier one may still land: `_evict_one`) or the preemption
+        # ends (`release`, which reads it first; `held`, `forget`); the count of that pod's unanswered evictions in
+        # the preemption (`_ask`, `_asks`: at `UNANSWERED_ASKS` the victim is no longer asked and the node is given
+        # back, `resume`), ended with the doubt; and until when the pod does not preempt that victim there again
+        # (`resume`, `plan`), which outlives the preemption
+        self._doubts = Doubts()
         # told of each (victim, node) whose unanswered eviction a read at `release` finds landed (`k8s_holds` counts it)
         self.on_landed: Callable[[str, str], None] = lambda victim, node: None
 
@@ -494,20 +489,23 @@ class Preemptor:
         """This scheduler's reservations that `seen` (node -> its reservations, as the node cache has them) does not
         show yet, or not as last written (the victims a preemption left, updated), and that have not expired: a pass
         must hold the node, and read what is left to evict, even before the watch brings the annotation. The
-        unanswered evictions remembered (`_unsure`) of a preemption whose hold is gone or expired are forgotten: it
+        unanswered evictions remembered (`Doubt.uid`) of a preemption whose hold is gone or expired are forgotten: it
         ended (a later one there starts afresh)."""
         self._held = {node: kept for node, entries in self._held.items() if (kept := {
             k: e for k, e in entries.items()
             if seen.get(node, {}).get(k) != e and (parse_time(e["expires"]) or 0) > now})}
-        self._unsure, self._unanswered = ({(k, n): v for (k, n), v in m.items() if k in self._held.get(n, {}) or (
-            isinstance(e := seen.get(n, {}).get(k), Mapping) and (parse_time(e.get("expires")) or 0) > now)}
-            for m in (self._unsure, self._unanswered))
-        self._prune_asked()
+        self._doubts.prune(now, lambda k, n: not (k in self._held.get(n, {}) or (
+            isinstance(e := seen.get(n, {}).get(k), Mapping) and (parse_time(e.get("expires")) or 0) > now)))
         return self._held
+
+    @property
+    def _unsure(self) -> dict[tuple[str, str], dict[str, str]]:
+        """(pod, node) -> {victim: uid}: the doubts kept (`Doubts.unsure`), a view for reading."""
+        return self._doubts.unsure()
 
     def release(self, node: str, key: str) -> None:
         """`key` was bound (or gave up) on `node`: its reservation no longer holds anything, and its preemption there
-        ended. Its victims whose eviction got no answer (`_unsure`) are read first (`_went`): one found gone or
+        ended. Its victims whose eviction got no answer (`Doubt.uid`) are read first (`_went`): one found gone or
         terminating is counted as evicted (`on_landed`, its Event `Preempted` posted), as a later pass finding it so
         counts it; then they are forgotten. Forgotten unread, a victim gone before any pass read it (the pod then
         fitting, bound on the node and released) was never counted. A read that fails is logged, the doubt dropped.
@@ -516,7 +514,7 @@ class Preemptor:
         uncounted, as it does where the next term forgets it: `forget`). Asked here, it covers every caller (the
         binding's `k8s_bind`, `k8s_holds.release_elsewhere`, which never asked it, and the rest)."""
         self._held.get(node, {}).pop(key, None)
-        for victim in list(self._unsure.get((key, node), {})):
+        for victim in self._doubts.doubted(key, node):
             if self.halted():   # asked before each read: the Lease may be lost in the one before
                 break
             try:
@@ -525,17 +523,11 @@ class Preemptor:
             except ActuationError as err:
                 log.warning("scheduler %s: cannot read %s, evicted for %s without an answer: %s", self.scheduler_name,
                             victim, key, err)
-        self._unsure.pop((key, node), None)
-        self._unanswered.pop((key, node), None)
-        self._prune_asked()
-
-    def _prune_asked(self) -> None:
-        """`_asked_at` only for the doubts still kept (`_unsure`): bounded by the holds, as they are."""
-        self._asked_at = {(k, n, v): t for (k, n, v), t in self._asked_at.items() if v in self._unsure.get((k, n), {})}
+        self._doubts.prune(self.clock(), lambda k, n: (k, n) == (key, node))
 
     def _in_flight(self, key: str, node: str, victim: str) -> bool:
         """Whether `key`'s last eviction of `victim` on `node` that got no answer may still land (`IN_FLIGHT_S`)."""
-        return self.clock() - self._asked_at.get((key, node, victim), float("-inf")) < IN_FLIGHT_S
+        return self.clock() - self._doubts.get(key, node, victim).asked_at < IN_FLIGHT_S
 
     def _budgets(self, namespaces: set[str]) -> tuple[dict[str, int], list[tuple[str, str, Selector]]]:
         """({budget: disruptions allowed}, [(budget, namespace, selector)]) of `namespaces`, listed at most once per
@@ -562,10 +554,9 @@ class Preemptor:
         evictions for `req` there went unanswered until its node was given back (`resume`) is none for `reserve_s`.
         `EvictionsStopped` when the emergency stop holds the preemption it would make (the cluster-wide stop), or
         only nodes labelled with the per-node stop could make room: either way no node is reserved for it."""
-        now = self.clock()
-        self._passed_over = {k: until for k, until in self._passed_over.items() if until > now}
+        passed = self._doubts.passed_over(req["name"], self.clock())
         lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"]
-                             and (req["name"], n["name"], u.key) not in self._passed_over] for n in nodes}
+                             and (n["name"], u.key) not in passed] for n in nodes}
         nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req)]
         held = sorted(n["name"] for n in nodes if stop_labelled(n))
         nodes = [n for n in nodes if not stop_labelled(n)]
@@ -615,11 +606,11 @@ class Preemptor:
     def forget(self) -> None:
         """A new term as leader: what this replica wrote or counted in an earlier one (reservations the node cache
         may not show yet, budgets and the disruptions spent of them) is read again from the cluster, where another
-        leader may have changed it meanwhile. Its evictions that got no answer (`_unsure`) are forgotten too: a
+        leader may have changed it meanwhile. Its evictions that got no answer (`Doubt.uid`) are forgotten too: a
         victim found terminating or gone in this term may be another leader's eviction (counted by that leader),
         its own having failed."""
-        self._held, self._budget_list, self._spent, self._unsure, self._unanswered = {}, None, {}, {}, {}
-        self._asked_at = {}
+        self._held, self._budget_list, self._spent = {}, None, {}
+        self._doubts.prune(self.clock(), lambda k, n: True)   # what it passes over stays: the plan asks it
 
     def preempt(self, req: Json, choice: Preemption) -> Evictions:
         """Reserve the node for `req` (its victims written on the reservation, `LEFT`), evict the victims, write
@@ -638,7 +629,7 @@ class Preemptor:
         entry = self.reserve(req, choice.node, [v for v, _ in victims])
         done = self._evict(key, choice.node, victims)
         # nothing done for sure: given back. Not where a victim left already (`went`, counted) or one's eviction got
-        # no answer (it may have landed): given back, its release forgot that doubt (`_unsure`), the eviction landed
+        # no answer (it may have landed): given back, its release forgot that doubt (`Doubt.uid`), the eviction landed
         # never counted, and a victim counted (its Event `Preempted` posted) was not in `preempted`
         if done.error is not None and not done.leaving and not done.went and not done.unanswered:
             if self.halted():   # the Lease lost (or stopping) meanwhile: the node stays held, its victims named
@@ -675,7 +666,7 @@ class Preemptor:
         are all gone). `stuck`: where the hold reached its cap, the victims found still terminating there
         (`k8s_stuck`; None: not asked), the only ones it is then renewed for. The node stays held until the pod is
         bound, no longer waits, or the reservation expires (then the pod plans afresh). A victim left whose eviction
-        this replica asked and got no answer to (`_unsure`) and that is no longer among `running` was evicted by it
+        this replica asked and got no answer to (`Doubt.uid`) and that is no longer among `running` was evicted by it
         (`Evictions.went`) where a read finds it gone or terminating (`_went`), not where it finished on its own;
         one it never asked to evict (another leader's term, an owner deleting it) is not. One it cannot read now
         stays left (`Evictions.left`, the read's error `Evictions.error`), its doubt asked again at the next pass.
@@ -687,7 +678,7 @@ class Preemptor:
         ran out unrenewed (nothing leaves), the pod preempted afresh there at once (`SINCE` anew, its cap never
         reached) and evicted the victim again unanswered, pass after pass: the node was held for it for ever, and a
         pod fitting beside the victim never bound there. Planned afresh, the pod does not preempt that victim there
-        again for `reserve_s` (`plan`: `_passed_over`): it would hold the node again at once, evicting with it a pod
+        again for `reserve_s` (`plan`: `Doubt.over_until`): it would hold the node again at once, evicting with it a pod
         bound there meanwhile, and ask the victim's eviction again unanswered."""
         left = entry.get(LEFT) or ()
         done = self._evict(req["name"], node, [(k, ()) for k in left if k in running])
@@ -698,7 +689,7 @@ class Preemptor:
                        and (stuck is None or k in stuck)]
         if isinstance(done.error, EvictionUnanswered) and not (terminating or done.leaving or done.unread):
             done.entry, done.give_back = entry, True
-            self._passed_over[(req["name"], node, done.left[0])] = self.clock() + self.reserve_s
+            self._doubts.set(req["name"], node, done.left[0], over_until=self.clock() + self.reserve_s)
             return done
         now = self.clock()
         new = noted(entry, done.left, [*terminating, *done.leaving], done.holding(now), now, self.reserve_s,
@@ -753,17 +744,17 @@ class Preemptor:
         all the same, but it is no eviction made (`Evictions.terminating`), unless this replica asked its eviction
         and got no answer (`_landed`): then it is one, as is one found gone then. Such a victim is read even while
         an emergency stop holds (reading evicts nothing; it is evicted again only once the stop is lifted): left
-        unread, the hold ran out under the stop (nothing known leaving, it is not renewed), its doubt (`_unsure`) was
+        unread, the hold ran out under the stop (nothing known leaving, it is not renewed), its doubt (`Doubt.uid`) was
         forgotten with it, and the eviction, landed and its budget's disruption spent, was never counted. A victim
-        is `Evictions.unanswered` only where its eviction was asked now and got no answer (`_unanswered` counted it);
+        is `Evictions.unanswered` only where its eviction was asked now and got no answer (`_count` counted it);
         one whose earlier eviction got no answer and that cannot be read now is `Evictions.unread` (its doubt kept,
         the next pass reads it first), its error saying so (`unread_error`)."""
         done = Evictions()
         for n, (victim, budgets) in enumerate(victims):
-            asks, pod = self._unanswered.get((key, node), {}).get(victim), None
+            asks, pod = self._doubts.get(key, node, victim).count, None
             try:
                 # the Lease lost (or stopping), or an emergency stop (but for reading an unsure victim): none evicted
-                self._leads(key, node, stop=victim not in self._unsure.get((key, node), {}))
+                self._leads(key, node, stop=self._doubts.get(key, node, victim).uid is None)
                 pod = self._read(node, victim)
                 ending, evicted = self._evict_one(key, node, victim, pod, budgets)
             except NotFoundError:   # gone already: its room is free all the same
@@ -775,9 +766,9 @@ class Preemptor:
                 continue
             except ActuationError as err:   # a budget changed meanwhile, or the API failed
                 done.left, done.error = [v for v, _ in victims[n:]], err
-                if self._unanswered.get((key, node), {}).get(victim) not in (None, asks):   # counted: next pass judges
+                if self._doubts.get(key, node, victim).count not in (None, asks):   # counted: next pass judges
                     done.unanswered.append(victim)
-                elif pod is None and victim in self._unsure.get((key, node), {}):   # not read: read first next pass
+                elif pod is None and self._doubts.get(key, node, victim).uid is not None:   # not read: read it first
                     done.unread.append(victim)
                     done.error = err if self.halted() else unread_error(victim, err)
                 return done
@@ -792,7 +783,7 @@ class Preemptor:
         precondition, `k8s_migrate.eviction`): one made again under its name since (a StatefulSet's) runs elsewhere
         and frees nothing here, so it is not evicted (NotFoundError, gone from the node; 409 when it takes the name
         between the read and the eviction). An eviction that may have landed unseen is remembered by the uid read
-        (`_ask`, `_unsure`) until a later read finds the victim terminating or gone (`_landed`) or an eviction of it
+        (`_ask`, `Doubt.uid`) until a later read finds the victim terminating or gone (`_landed`) or an eviction of it
         is sent again (`_overtaken`); one whose evictions got no answer `UNANSWERED_ASKS` times while it ran on is
         not asked again (`EvictionUnanswered`). A read finding it running within `IN_FLIGHT_S` of that eviction keeps
         the doubt: the eviction may still be in flight at the API server (a 504 leaves it so), and where none is sent
@@ -803,9 +794,9 @@ class Preemptor:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
             return ending, self._landed(key, node, victim, meta.get("uid") or "")
-        if self._unsure.get((key, node), {}).get(victim) not in (None, meta.get("uid")):   # made again: not that pod
+        if (doubt := self._doubts.get(key, node, victim).uid) not in (None, meta.get("uid")):   # made again
             self._forget(key, node, victim)
-        elif victim in self._unsure.get((key, node), {}) and not self._in_flight(key, node, victim):
+        elif doubt is not None and not self._in_flight(key, node, victim):
             self._forget(key, node, victim)   # running past any flight of that eviction: it did not land
         if (asked := self._asks(key, node, victim, meta.get("uid") or "")) >= UNANSWERED_ASKS:
             raise EvictionUnanswered(f"evicting {victim} got no answer {asked} times while it kept running on {node}: "
@@ -821,12 +812,12 @@ class Preemptor:
 
     def _ask(self, key: str, node: str, victim: str, pod: Json, budgets: Sequence[str]) -> None:
         """Ask `victim`'s eviction for `key` on `node` (`pod` as read: its uid a precondition). Where it fails yet
-        may have landed unseen, it is remembered by that uid (`_unsure`) until a later read of the victim tells:
+        may have landed unseen, it is remembered by that uid (`Doubt.uid`) until a later read of the victim tells:
         every try unanswered (`_Api.writes`), or a 404 or 409 to a try after one that got no answer (the error's
         `after_unanswered`): what a landed earlier try leaves (the pod gone; terminating, or made again under its
         name), which `writes` takes for a definite answer. A 404 is judged at once (`_evict`: gone), a 409 by the
         next pass. Such an eviction spends its `budgets` as one answered does (`_spend`): it may have used their
-        disruptions. `resume` names none. Unanswered asks are counted (`_unanswered`) for the preemption: an answered
+        disruptions. `resume` names none. Unanswered asks are counted (`Doubt.asks`) for the preemption: an answered
         refusal (a 429: the budget, or throttling) leaves the count as it is, for it says nothing of whether the
         unanswered ones landed (each was found not landed, the victim running). Begun again by each answer, a victim
         answered now and then (no answer, no answer, 429, ...) never reached `UNANSWERED_ASKS`, and each unanswered
@@ -847,8 +838,7 @@ class Preemptor:
                     self._spend(budgets)
                     self._overtaken(key, node, victim, uid)
                 if unsure and uid:
-                    self._unsure.setdefault((key, node), {})[victim] = uid
-                    self._asked_at[(key, node, victim)] = self.clock()
+                    self._doubts.set(key, node, victim, uid=uid, asked_at=self.clock())
                 if unsure:   # an answered refusal (a 429: a budget, throttling) leaves the count as it is
                     self._count(key, node, victim, pod, True)
                 raise
@@ -856,24 +846,21 @@ class Preemptor:
             self._count(key, node, victim, pod, False)   # it went through: the victim terminates, asked no more
 
     def _asks(self, key: str, node: str, victim: str, uid: str) -> int:
-        """How many evictions of `victim` for `key` on `node` got no answer (`_unanswered`), counted only
+        """How many evictions of `victim` for `key` on `node` got no answer (`Doubt.asks`), counted only
         while it is the pod of that `uid`: one made again under its name since (a StatefulSet's) was never asked.
         Counted by name, it inherited the count of the pod it replaced, and was given up on (its node given back)
         after fewer unanswered asks than `UNANSWERED_ASKS`."""
-        said, asked = self._unanswered.get((key, node), {}).get(victim, ("", 0))
-        return asked if said == uid else 0
+        said = self._doubts.get(key, node, victim)
+        return said.asks if said.counted == uid else 0
 
     def _count(self, key: str, node: str, victim: str, pod: Json, unanswered: bool) -> None:
         """`victim`'s eviction for `key` on `node` asked (`pod` as read): one more unanswered of that pod
-        (`_unanswered`, by its uid: `_asks`), or gone through, which ends the count (`_ask`: not a refusal)."""
-        asks = self._unanswered.setdefault((key, node), {})
+        (`Doubt.asks`, by its uid: `_asks`), or gone through, which ends the count (`_ask`: not a refusal)."""
         if unanswered:
             uid = (pod.get("metadata") or {}).get("uid") or ""
-            asks[victim] = (uid, self._asks(key, node, victim, uid) + 1)
+            self._doubts.set(key, node, victim, counted=uid, asks=self._asks(key, node, victim, uid) + 1)
         else:
-            asks.pop(victim, None)
-        if not asks:
-            self._unanswered.pop((key, node), None)
+            self._doubts.set(key, node, victim, counted="", asks=0)
 
     def _spend(self, budgets: Sequence[str]) -> None:
         """One disruption of each of `budgets` used by an eviction of this replica's, landed or maybe landed (no
@@ -916,19 +903,19 @@ class Preemptor:
         if went:
             done.evicted.append(victim)
             done.went.append(victim)
-        elif victim in self._unsure.get((key, node), {}):   # read running within `IN_FLIGHT_S`: read again next pass
+        elif self._doubts.get(key, node, victim).uid is not None:   # read running within `IN_FLIGHT_S`: read again
             done.left.append(victim)
 
     def _went(self, key: str, node: str, victim: str) -> bool:
         """Whether `victim`, left to evict for `key` on `node` and no longer among the pass's pods running there (bound,
-        not finished), left through this replica's eviction that got no answer (`_unsure`), as a read of it now says
+        not finished), left through this replica's eviction that got no answer (`Doubt.uid`), as a read of it now says
         (`_landed`): no pod of its name is on `node` any more (404), or that pod is being deleted (`deletionTimestamp`).
         One found finished on its own (Succeeded, Failed: the pass's bound pods leave such pods out) was not evicted:
         that eviction did not land, and it is forgotten uncounted, as one found still running `IN_FLIGHT_S` after the
         eviction is (within it, that eviction may still land: the doubt is kept). A read that fails raises
         (ActuationError), the doubt kept for the next pass (`_judge`). False for a victim it never asked to evict (not
         read)."""
-        if victim not in self._unsure.get((key, node), {}):
+        if self._doubts.get(key, node, victim).uid is None:
             return False
         try:
             pod = self._read(node, victim)
@@ -944,7 +931,7 @@ class Preemptor:
 
     def _landed(self, key: str, node: str, victim: str, uid: str | None = None) -> bool:
         """Whether `victim`'s eviction for `key` on `node`, asked by this replica in this term without an answer
-        (`_unsure`), landed, as the victim read now says: the pod read is that one (`uid`), terminating (the
+        (`Doubt.uid`), landed, as the victim read now says: the pod read is that one (`uid`), terminating (the
         caller asks only then), or no pod of its name is on `node` any more (`uid` None): then its Event
         `Preempted` is posted, as a landed eviction's. Resolved either way, it is forgotten; a pod of its name with
         another uid there is another pod (made again there since), which that eviction did not touch, and the pod
@@ -958,7 +945,7 @@ class Preemptor:
     def _overtaken(self, key: str, node: str, victim: str, uid: str | None) -> None:
         """`key`'s eviction of `victim`, the pod of `uid` on `node`, sent and gone through, or unanswered (`_ask`):
         it is `key`'s from now on. The doubts of the preemptions on `node` that asked that pod's eviction without an
-        answer (`_unsure`, by uid; `key`'s own earlier one too: the eviction sent now stands for it) are forgotten,
+        answer (`Doubt.uid`, by uid; `key`'s own earlier one too: the eviction sent now stands for it) are forgotten,
         so that at most one preemption doubts a pod and a landed eviction is counted once: kept, a lower one's doubt
         (given up to `key`, of higher priority, its eviction answered) read the victim terminating at its `release`
         and counted it again through `on_landed`, with a false Event `Preempted` naming the lower pod. Gone
@@ -969,18 +956,14 @@ class Preemptor:
         preemption, its doubt forgotten, found the victim terminating: never counted, no Event. A pod made again
         under its name since (another uid, or none read) keeps the other preemptions' doubts: the pod they asked to
         evict is another."""
-        for k, n in list(self._unsure):
-            if n == node and uid and self._unsure[(k, n)].get(victim) == uid:
-                self._forget(k, node, victim)
+        for k in self._doubts.doubting(node, victim, uid) if uid else ():
+            self._forget(k, node, victim)
 
     def _forget(self, key: str, node: str, victim: str) -> str | None:
-        """The uid of `victim` whose eviction for `key` on `node` got no answer (`_unsure`; None: none), forgotten:
+        """The uid of `victim` whose eviction for `key` on `node` got no answer (`Doubt.uid`; None: none), forgotten:
         a read of it told whether it landed."""
-        asked = self._unsure.get((key, node), {})
-        was = asked.pop(victim, None)
-        self._asked_at.pop((key, node, victim), None)
-        if not asked:
-            self._unsure.pop((key, node), None)
+        if (was := self._doubts.get(key, node, victim).uid) is not None:
+            self._doubts.set(key, node, victim, uid=None, asked_at=NEVER)
         return was
 
     def _preempted(self, key: str, node: str, victim: str) -> None:
