@@ -87,11 +87,12 @@ Call = Callable[[Mapping[str, Callable[[], Any]]], Mapping[str, Any]]
 
 class NvmlPowerCaps:
     """`init`: the backend's `NvmlInit` (its `gone` errors, `lost` and `why`); `late_sets`: the pending Sets of the
-    previous initialisation's `NvmlPowerCaps` (`returned_sets` still answers what they returned); `clock`: the
-    monotonic clock a remembered NotSupported ages on (`time.monotonic`)."""
+    previous initialisation's `NvmlPowerCaps` (`returned_sets` still answers what they returned). `clock` is the
+    monotonic clock a remembered NotSupported ages on: `time.monotonic`, as this module names it when built (tests
+    replace the module's `time`; no caller passed another, so it is no parameter)."""
 
     def __init__(self, nvml: Any, handles: Mapping[str, Any], init: NvmlInit, *,
-                 late_sets: Mapping[str, Any] | None = None, clock: Callable[[], float] | None = None) -> None:
+                 late_sets: Mapping[str, Any] | None = None) -> None:
         self.nvml, self.init = nvml, init
         self.handles = dict(handles)
         self.gone = init.gone
@@ -100,7 +101,7 @@ class NvmlPowerCaps:
         self._used: dict[str, float] = {}   # the limit each GPU read at the last `power_limits`: the agent's decision's
         self._constants: dict[tuple[str, str], Any] = {}   # (GPU, NVML function) -> its answer: `_constant`
         self._not_supported: dict[tuple[str, str], float] = {}   # (GPU, NVML function) -> when it said NotSupported
-        self.clock = clock or time.monotonic
+        self.clock: Callable[[], float] = time.monotonic
 
     def apply_power_caps(self, caps: Mapping[str, float], *, call: Call,
                          stuck: Collection[str] = ()) -> dict[str, float]:
