@@ -199,9 +199,11 @@ class ShardedSource:
         # (GPU model, pool, site) of every node a reading showed, as it showed them, across terms: what `listed` judges
         # a node the fleet file does not list by. Not of a term: a node's model, pool and site are not relabelled, and a
         # new term's dark node needs them as much. Kept only where the inner source has a node list (`_remember`:
-        # without one `listed` never reads them) and forgotten once the node list answers without the node (`listed`),
-        # so bounded by the fleet's nodes; while the node list fails, by the nodes read meanwhile (three strings each)
+        # without one `listed` never reads them), and only for the nodes of the node list's last answer and of the
+        # latest reading (`_node_list`, before each reading), so bounded by the fleet's nodes, while the node list
+        # fails too (three strings each)
         self._seen: dict[str, tuple[str, str, str]] = {}
+        self._answered: Mapping[str, object] = {}   # the node list's last answer (`_node_list`)
 
     def new_term(self) -> None:
         """This replica has just taken its shard's lead (`balancer.loop.Reconciler._take_office`): it starts with no
@@ -246,14 +248,31 @@ class ShardedSource:
         spec = {n.name: n for n in fleet.nodes if n.gpu_count} if fleet is not None else {}
         api = getattr(self.inner, "node_overrides", None)
         if callable(api):
-            meta = api()
+            meta = self._node_list(api)
             if meta is None:
                 return frozenset()
-            for gone in self._seen.keys() - meta.keys():   # deleted from the cluster: nothing left to judge
-                del self._seen[gone]
             spec = {name: replace(spec.get(name) or self._remembered(name), labels=m.labels)
                     for name, m in meta.items() if name in spec or gpu_node(m)}
         return frozenset(name for name, n in spec.items() if self.selector.matches(n))
+
+    def _node_list(self, api) -> Mapping[str, object] | None:
+        """The node list's answer (`api()`: None while not listed yet; its error is raised on), with `_seen` kept to
+        the nodes of that answer: one it lacks is deleted from the cluster, nothing left to judge. Where it does not
+        answer, to those of the last answer (none before any): a node a reading showed since then and gone from the
+        latest reading is forgotten, as it is where the node list answers with its nodes of before (the Kubernetes
+        API's watch while the API fails). Pruned only by an answer, a node list that never answers, under readings
+        that go on (a source whose reading needs no node list; the Prometheus source refuses its reading then), kept
+        every node ever read. A node the last answer had, dark since and relabelled into this shard while the node
+        list fails, is still judged by the model a reading showed once the node list answers again."""
+        meta = None
+        try:
+            meta = api()
+        finally:
+            if meta is not None:
+                self._answered = meta
+            for gone in self._seen.keys() - self._answered.keys():
+                del self._seen[gone]
+        return meta
 
     def _remembered(self, name: str) -> Node:
         """Node `name` with the GPU model, pool and site a reading last showed (`_seen`; none known: no model)."""
