@@ -328,6 +328,8 @@ class ShardedSource:
                 self.nodes = (self.nodes - set(self._shown)) | {n for n, mine in self._shown.items() if mine}
                 self._read = True
             raise
+        # again for the nodes `owns` was shown, not redundant: a source that is no `ScopedSource` never calls `owns`,
+        # and one that is promises only to refuse for the scope's nodes, not to ask it of every node it shows
         self._remember(full.nodes)
         part, index = restrict(full, self.selector)
         # a node the reading shows in another shard (relabelled) is that shard's now; one the reading lacks altogether
