@@ -58,7 +58,9 @@ class Kubelet:
         self.server.start()
 
     def stop(self) -> None:
-        self.server.stop(0)
+        # waited for: gRPC unlinks the socket file as its shutdown ends, which otherwise may come after the next
+        # kubelet of a restart test has bound the same path, and delete that kubelet's socket
+        self.server.stop(0).wait()
 
 
 @pytest.fixture
