@@ -63,7 +63,8 @@ is left to evict, remembered by uid for the rest of the preemption in the replic
 terminating or gone by a later pass (not finished on its own), it is counted and said as evicted, with its Event
 `Preempted` (`Evictions`), while a victim the replica never asked to evict is not. A victim whose evictions get no
 answer `UNANSWERED_ASKS` times in the preemption, found running after each, is not asked again: with nothing else
-leaving, the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`);
+leaving, the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`;
+that pod by its uid: one made again under its name, a StatefulSet's or a Job's retry, weighs every victim afresh);
 each such eviction renews the hold by `reserve_s` while it awaits its verdict (`Evictions.holding`), so that the hold
 outlasts passes less than `reserve_s` apart that count them (refusals alone for `reserve_s` let it lapse, and the count
 with it: a later preemption counts afresh). An answered refusal between them (429: a budget, or
@@ -551,10 +552,11 @@ class Preemptor:
     def plan(self, req: Json, nodes: Sequence[Json], bound: Mapping[str, Sequence[Any]]) -> Preemption | None:
         """Where `req` should preempt and whom, among `nodes` (those whose rules admit it); `bound`: per node, the
         bound pods (`k8s_scheduler.Usage`). None when no node can make room without breaking a budget. A victim whose
-        evictions for `req` there went unanswered until its node was given back (`resume`) is none for `reserve_s`.
+        evictions for `req` there went unanswered until its node was given back (`resume`) is none for `reserve_s`
+        (for that pod, by its uid: not for one made again under its name).
         `EvictionsStopped` when the emergency stop holds the preemption it would make (the cluster-wide stop), or
         only nodes labelled with the per-node stop could make room: either way no node is reserved for it."""
-        passed = self._doubts.passed_over(req["name"], self.clock())
+        passed = self._doubts.passed_over(req["name"], req.get("uid") or "", self.clock())
         lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"]
                              and (n["name"], u.key) not in passed] for n in nodes}
         nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req)]
@@ -689,7 +691,8 @@ class Preemptor:
                        and (stuck is None or k in stuck)]
         if isinstance(done.error, EvictionUnanswered) and not (terminating or done.leaving or done.unread):
             done.entry, done.give_back = entry, True
-            self._doubts.set(req["name"], node, done.left[0], over_until=self.clock() + self.reserve_s)
+            self._doubts.set(req["name"], node, done.left[0], over_until=self.clock() + self.reserve_s,
+                             over_for=req.get("uid") or "")
             return done
         now = self.clock()
         new = noted(entry, done.left, [*terminating, *done.leaving], done.holding(now), now, self.reserve_s,

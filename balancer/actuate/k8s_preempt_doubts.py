@@ -3,12 +3,16 @@
 
 A record says: the victim's uid whose eviction, asked without an answer, may have landed unseen (the doubt) and when
 that eviction was last asked (`k8s_preempt.IN_FLIGHT_S`); how many evictions of the pod of which uid got no answer in
-the preemption (`k8s_preempt.UNANSWERED_ASKS`); and until when the pending pod does not preempt that
+the preemption (`k8s_preempt.UNANSWERED_ASKS`); and until when the pending pod, by its uid, does not preempt that
 victim there (its node given back after those went unanswered: `Preemptor.resume`). These were four maps keyed alike,
 each pruned by hand where a preemption ended (`held`, `release`, `forget`) or a doubt was settled (`_forget`): free
 to drift apart, as the asked-at times did from the doubts until `_prune_asked` bound them. Kept in one record, a
 doubt and its asked-at time go together, and a preemption's end drops its doubt and count while its pass-over
 outlives it (`Doubt.ended`): the pass-over is for the plan that follows the give-back.
+
+The pass-over is for the pending pod of one uid (`over_for`): a pod deleted and made again under its name (a
+StatefulSet's, a Job's retry with a fixed name) is another pod, and its preemption weighs every victim afresh. Kept
+by name, the new pod inherited it and waited up to `reserve_s` with its preemption never tried.
 
 Pure bookkeeping: no API call, no clock of its own."""
 
@@ -29,6 +33,7 @@ class Doubt:
     counted: str = ""         # the victim's uid whose unanswered evictions `asks` counts
     asks: int = 0             # evictions of that pod asked in the preemption that got no answer
     over_until: float = NEVER   # until when the pending pod does not preempt the victim there
+    over_for: str = ""        # the pending pod's uid that pass-over is for ("" for a pod read without one)
 
     @property
     def count(self) -> tuple[str, int] | None:
@@ -38,7 +43,7 @@ class Doubt:
     def ended(self) -> Doubt:
         """The record once its preemption ended (hold gone or expired, released, a new term): its doubt and count
         dropped (a later preemption there starts afresh), its pass-over kept until it runs out."""
-        return Doubt(over_until=self.over_until)
+        return Doubt(over_until=self.over_until, over_for=self.over_for)
 
     def kept(self, now: float) -> bool:
         """Whether the record says anything at `now`: a doubt, a count, or a pass-over still running."""
@@ -81,9 +86,11 @@ class Doubts:
                 view.setdefault((k, n), {})[v] = r.uid
         return view
 
-    def passed_over(self, key: str, now: float) -> dict[tuple[str, str], float]:
-        """(node, victim) -> until when: the victims the pending pod `key` does not preempt at `now`."""
-        return {(n, v): r.over_until for (k, n, v), r in self._by.items() if k == key and r.over_until > now}
+    def passed_over(self, key: str, uid: str, now: float) -> dict[tuple[str, str], float]:
+        """(node, victim) -> until when: the victims the pending pod `key` of `uid` does not preempt at `now` (none
+        for another pod of its name)."""
+        return {(n, v): r.over_until for (k, n, v), r in self._by.items()
+                if k == key and r.over_for == uid and r.over_until > now}
 
     def prune(self, now: float, ended: Callable[[str, str], bool] = lambda key, node: False) -> None:
         """The one place records go: those of the preemptions `ended` says ended ((pod, node)) lose their doubt and

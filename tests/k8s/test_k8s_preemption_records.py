@@ -11,16 +11,17 @@ from balancer.actuate.k8s_preempt_doubts import NEVER, Doubts
 def test_an_ended_preemption_loses_its_doubts_and_counts_but_not_its_pass_over():
     doubts = Doubts()
     doubts.set("default/urgent", "a", "default/p", uid="u1", asked_at=100.0, counted="u1", asks=2)
-    doubts.set("default/urgent", "a", "default/q", over_until=400.0)
+    doubts.set("default/urgent", "a", "default/q", over_until=400.0, over_for="u9")
     doubts.set("default/other", "a", "default/p", uid="u1", asked_at=90.0)
     doubts.prune(200.0, lambda key, node: key == "default/urgent")
     p = doubts.get("default/urgent", "a", "default/p")
     assert (p.uid, p.asked_at, p.count) == (None, NEVER, None)          # the doubt and its asked-at time together
     assert doubts.get("default/urgent", "a", "default/q").over_until == 400.0   # kept: the plan asks it
     assert doubts.unsure() == {("default/other", "a"): {"default/p": "u1"}}     # another preemption's stays
-    assert doubts.passed_over("default/urgent", 200.0) == {("a", "default/q"): 400.0}
+    assert doubts.passed_over("default/urgent", "u9", 200.0) == {("a", "default/q"): 400.0}
+    assert doubts.passed_over("default/urgent", "u10", 200.0) == {}       # another pod of its name
     doubts.prune(400.0)                                                 # run out: nothing left of it
-    assert doubts.passed_over("default/urgent", 400.0) == {}
+    assert doubts.passed_over("default/urgent", "u9", 400.0) == {}
     assert doubts._by.keys() == {("default/other", "a", "default/p")}   # records that say nothing are dropped
 
 

@@ -1,0 +1,44 @@
+"""The pass-over after a give-back (a victim whose evictions went unanswered `UNANSWERED_ASKS` times is not preempted
+by that pod there for `reserve_s`) is for the pending pod of one uid: a pod deleted and made again under its name (a
+StatefulSet's, a Job's retry with a fixed name) is another pod, whose preemption weighs every victim afresh. Before,
+it was kept by the pod's name: the new pod inherited the pass-over and waited up to `reserve_s` with its preemption
+never tried. Against the fake API server."""
+
+from __future__ import annotations
+
+from fakeapi import FakeKube
+from test_k8s_preemption import pending, reservations
+from test_k8s_preemption_unanswered import unanswered
+from test_k8s_preemption_unanswered_again import fits_beside, placed
+
+from balancer.actuate.k8s_preempt import UNANSWERED_ASKS
+
+
+def given_back(kube: FakeKube, api, clock):
+    """urgent's evictions of p got no answer `UNANSWERED_ASKS` times while p ran on: a given back, fits bound there.
+    The scheduler, and the tries of p's eviction."""
+    sched = fits_beside(kube, api, clock)
+    tries = unanswered(sched, "p", lambda: None)
+    for _ in range(UNANSWERED_ASKS + 1):
+        sched.schedule_once()
+        clock.advance(5)
+    assert reservations(kube, "a") == {} and placed(kube, "fits") == "a"
+    assert len(tries) == 4 * UNANSWERED_ASKS
+    return sched, tries
+
+
+def test_a_pod_made_again_under_its_name_is_not_passed_over(kube: FakeKube, api, clock):
+    sched, tries = given_back(kube, api, clock)
+    old = kube.get("pods", "urgent", "default")["metadata"]["uid"]
+    kube.delete("pods", "urgent", "default")
+    kube.add(pending("urgent", 8, 50))                                 # its name again, another uid
+    assert kube.get("pods", "urgent", "default")["metadata"]["uid"] != old
+    sched.schedule_once()
+    assert "default/urgent" in reservations(kube, "a")                 # preempts there: p asked again
+    assert len(tries) == 4 * UNANSWERED_ASKS + 4
+
+
+def test_the_same_pod_stays_passed_over(kube: FakeKube, api, clock):
+    sched, tries = given_back(kube, api, clock)
+    sched.schedule_once()
+    assert reservations(kube, "a") == {} and len(tries) == 4 * UNANSWERED_ASKS
