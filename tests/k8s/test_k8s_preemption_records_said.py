@@ -1,0 +1,24 @@
+"""While a pod passes over a victim (its evictions went unanswered `UNANSWERED_ASKS` times, the node given back), the
+reason it waits can name the pass-over (`Preemptor.passed_over_said`): it read only "Insufficient nvidia.com/gpu" for
+`reserve_s`, though that victim would make room. Against the fake API server."""
+
+from __future__ import annotations
+
+from fakeapi import FakeKube
+from test_k8s_preemption_records_uid import given_back
+
+from balancer.actuate.k8s_preempt import UNANSWERED_ASKS
+from balancer.actuate.kubernetes import rfc3339
+
+
+def test_the_pass_over_is_said_until_it_runs_out(kube: FakeKube, api, clock):
+    start = clock.now
+    sched, _ = given_back(kube, api, clock)
+    preemptor = sched.holds.preemptor
+    req = {"name": "default/urgent", "uid": kube.get("pods", "urgent", "default")["metadata"]["uid"]}
+    until = start + 5 * UNANSWERED_ASKS + preemptor.reserve_s          # given back at the pass after the 3rd ask
+    assert preemptor.passed_over_said(req) == (f" preemption: victim default/p passed over on a until {rfc3339(until)}"
+                                               f" after {UNANSWERED_ASKS} unanswered evictions.")
+    assert preemptor.passed_over_said({**req, "uid": "another"}) == ""   # a pod made again under its name
+    clock.now = until
+    assert preemptor.passed_over_said(req) == ""
