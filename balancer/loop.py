@@ -117,21 +117,27 @@ def _refused_scale(result: ActionResult) -> bool:
         result.outcome == Outcome.FAILED or result.refused is not None)
 
 
-def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]) -> tuple[list[Action], list[Action]]:
-    """The guard's refusals as `planner.refuse` takes them: the actions whose workloads are not moved for a while, and
-    the moves kept off nodes only (`targets`). One refused for its target node alone
-    (`MaxConcurrentMigrations.target_only`) is kept off its target and every node that replacements still landing past
-    `migrationSettleS` alone hold at the limit (`full_nodes`), one move per node: the planner does not count migrations
-    in flight, and kept off its target alone the pod was proposed the next-best full node each cycle, one refused per
-    cycle, its hot GPU throttled only once all had been."""
+def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]
+                    ) -> tuple[list[Action], list[Action], list[Action]]:
+    """The guard's refusals as `planner.refuse` takes them: the actions whose workloads are not moved for a while,
+    the moves kept off nodes only (`targets`), and those of them kept off only while the guard counts their node full
+    (`full`). One refused for its target node alone (`MaxConcurrentMigrations.target_only`) is kept off its target and
+    every node that replacements still landing past `migrationSettleS` alone hold at the limit (`full_nodes`), one
+    move per node: the planner does not count migrations in flight, and kept off its target alone the pod was proposed
+    the next-best full node each cycle, one refused per cycle, its hot GPU throttled only once all had been. Those
+    full nodes free when the replacements land, which the planner does not see either: the loop asks the guard each
+    cycle (`planner.still_full`), and kept off for `refusedTargetRetryS` the pod was throttled or sent to a worse node
+    for ten minutes when one landed a minute later."""
     whole: list[Action] = []
     nodes: list[Action] = []
+    full: list[Action] = []
     for a, exc in rejected:
         if isinstance(a, Migrate) and isinstance(exc, MaxConcurrentMigrations) and exc.target_only:
             nodes += [replace(a, target_node=n) for n in sorted(exc.full_nodes | {a.target_node})]
+            full += [replace(a, target_node=n) for n in sorted(exc.full_nodes)]
         else:
             whole.append(a)
-    return whole, nodes
+    return whole, nodes, full
 
 
 class _WhatIf:
@@ -156,6 +162,9 @@ class _WhatIf:
 
     def remaining_evictions(self, ledger: SafetyLedger, now: float) -> int:
         return self.guard.remaining_evictions(ledger.merged(self.what_if), now)
+
+    def full_nodes(self, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> frozenset[str]:
+        return self.guard.full_nodes(snapshot, ledger.merged(self.what_if), now)
 
     def record(self, ledger: SafetyLedger, applied: Iterable[Action], snapshot: ClusterSnapshot,
                now: float) -> SafetyLedger:
@@ -272,6 +281,8 @@ class Reconciler:
         self.metrics.set_fail_static(None)
         self.upkeep.planning(now)   # recover() at a term's first cycle that plans, then housekeeping()
         forecasts, unread = self._forecast(snap)
+        # a pod the guard kept off a full node may go there again once the node has room (`_guard_refusals`)
+        self.state = planner_mod.still_full(self.state, lambda: self._guard().full_nodes(snap, self.ledger, now))
         before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
         self._log_demand_unknown(snap, getattr(self.state, "demand_held", {}))
@@ -289,8 +300,8 @@ class Reconciler:
                 self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
             # a refused migration is not offered again for a while: its hot GPU is throttled instead; one refused for
             # its target node alone is kept off the full nodes only (`_guard_refusals`)
-            whole, kept_off = _guard_refusals(review.rejected)
-            self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off)
+            whole, kept_off, full = _guard_refusals(review.rejected)
+            self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, full=full)
             refused = [a for a, exc in review.rejected if not isinstance(exc, EmergencyStop)]
             accepted = list(review.accepted)
             if accepted:

@@ -259,14 +259,30 @@ class SafetyGuard:
         """What the limits count before this review: evictions left, the migrations in flight per node and
         owner, the replicas per owner not running (`_short`), and (only when PodDisruptionBudgets are given as data)
         the placed replicas per owner."""
-        t = _Tally(budget=self.remaining_evictions(ledger, now),
-                   short=_short(snapshot, _migrated(ledger, snapshot.services, now, self.policy.cooldown_s)))
-        _in_flight(t, ledger, now, self.policy)
+        t = self._moving(snapshot, ledger, now, self.remaining_evictions(ledger, now))
         if self.pdbs:
             for w in snapshot.workloads:
                 if w.name in snapshot.placements:
                     t.healthy[w.owner or w.name] = t.healthy.get(w.owner or w.name, 0) + 1
         return t
+
+    def _moving(self, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float, budget: int) -> _Tally:
+        """A tally of `budget` evictions left with the replicas per owner not running (`_short`) and the migrations in
+        flight per node and owner (`_in_flight`) counted."""
+        moving = _migrated(ledger, snapshot.services, now, self.policy.cooldown_s)
+        t = _Tally(budget=budget, short=_short(snapshot, moving))
+        _in_flight(t, ledger, now, self.policy)
+        return t
+
+    def full_nodes(self, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> frozenset[str]:
+        """The nodes at `maxConcurrentMigrationsPerNode` as a review at `now` counts them before accepting anything
+        (`_in_flight`: migrations still settling, replacements still landing): a migration to any of them is refused
+        (`MaxConcurrentMigrations`). The loop asks before planning while the planner keeps a pod off a node the guard
+        found full (`planner.still_full`): that keep-off ends once the node has room (the replacement that held it
+        runs), not `refusedTargetRetryS` after the refusal."""
+        t = self._moving(snapshot, ledger, now, 0)
+        limit = self.policy.max_concurrent_migrations_per_node
+        return frozenset(node for node, count in t.per_node.items() if count >= limit)
 
     def _count(self, a: Action, ctx: ReviewContext, t: _Tally) -> None:
         """Count `a` against the review's limits, or raise the one it would break (counting nothing)."""

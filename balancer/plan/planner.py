@@ -46,7 +46,9 @@ throttled. The guard's `maxConcurrentMigrationsPerNode` refusal for the target n
 a migration still settling, one the same review accepted, or a replacement still landing past `migrationSettleS`)
 is folded in the same way, for the target and every node whose landing replacements alone hold it at that limit
 (`full_nodes`): the planner does not count migrations in flight, and would propose the next such node; a node full
-only with migrations settling frees within `migrationSettleS`, and is proposed again once it has. Other
+only with migrations settling frees within `migrationSettleS`, and is proposed again once it has. A node kept off as
+full is kept off only while the guard still counts it full (`full_targets`: the loop asks it before planning,
+`still_full`), so once the replacement that held it runs, the pod may go there again. Other
 failures, and the guard's other refusals, keep the workload from moving at all for `hotspots.refusedRetryS`
 (`refused_moves`).
 
@@ -67,7 +69,7 @@ publishes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -181,6 +183,9 @@ class PlannerState:
     # (workload, node) -> when the actuator refused moving the workload to that node for a reason about the target
     # the planner does not model (see "Refused targets" in the docstring): its moves go elsewhere for a while
     refused_targets: Mapping[tuple[str, str], float] = field(default_factory=lambda: _EMPTY)
+    # those of `refused_targets` the guard refused for their node full with replacements still landing
+    # (`MaxConcurrentMigrations.full_nodes`): kept off only while the guard counts that node full (`still_full`)
+    full_targets: frozenset[tuple[str, str]] = frozenset()
     # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
     refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     # service -> what the actuator's caps of its scale say (`CapBelief`, "Capped scales"): no more asked for a while
@@ -236,6 +241,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
                         shrunk=MappingProxyType(shrunk),
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused),
                         refused_targets=MappingProxyType(refused_targets),
+                        full_targets=state.full_targets & refused_targets.keys(),
                         refused_scales=MappingProxyType(scales_held(state, policy, snapshot.time)))
 
 
@@ -257,22 +263,44 @@ def _first_nodes(snapshot: ClusterSnapshot) -> dict[str, Node]:
 
 
 def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: Iterable[Action] = (),
-           scales: Iterable[Action] = ()) -> PlannerState:
+           scales: Iterable[Action] = (), full: Iterable[Action] = ()) -> PlannerState:
     """Fold migrations the guard refused or the actuator could not carry out into the state: the planner does not
     propose moving those workloads again for `hotspots.refusedRetryS`, so a hot GPU whose pod cannot move is throttled
     instead of being offered the same refused move every cycle. `targets`: migrations refused for their target alone,
     by the actuator (`ActionResult.refused`) or by the guard (`MaxConcurrentMigrations.target_only`: the loop passes
     one per node at `maxConcurrentMigrationsPerNode`, the target among them): for `hotspots.refusedTargetRetryS`
-    their workloads are not moved to those nodes, and may be moved elsewhere at once. `scales`: `ScaleInference`s
-    the actuator failed for good: their services are not scaled for `safety.cooldownS` ("Refused scales")."""
+    their workloads are not moved to those nodes, and may be moved elsewhere at once. `full`: those of `targets` kept
+    off a node the guard found full with replacements still landing (`MaxConcurrentMigrations.full_nodes`): kept off
+    only while it still counts that node full (`still_full`), `refusedTargetRetryS` at most; a pair already kept off
+    for another cause (the actuator's, which the guard does not count) is not. `scales`: `ScaleInference`s the
+    actuator failed for good: their services are not scaled for `safety.cooldownS` ("Refused scales")."""
     refused = {a.workload: now for a in actions if isinstance(a, Migrate)}
     at = {(a.workload, a.target_node): now for a in targets if isinstance(a, Migrate)}
     services = {a.service: now for a in scales if isinstance(a, ScaleInference)}
     if not refused and not at and not services:
         return state
+    other = state.refused_targets.keys() - state.full_targets   # kept off for a cause the guard does not count
+    marked = {(a.workload, a.target_node) for a in full if isinstance(a, Migrate)} - other
     return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **refused}),
                    refused_targets=MappingProxyType({**state.refused_targets, **at}),
+                   full_targets=frozenset((state.full_targets - at.keys()) | marked),
                    refused_scales=MappingProxyType({**state.refused_scales, **services}))
+
+
+def still_full(state: object, full: Callable[[], Collection[str]]) -> object:
+    """`state` with the pods the guard kept off a full node (`full_targets`) let back where it no longer counts the
+    node full (`full`: its nodes at `maxConcurrentMigrationsPerNode` now, `SafetyGuard.full_nodes`, asked only while
+    any is kept off). Kept off for `refusedTargetRetryS` whatever happened, a pod whose target's landing replacement
+    ran a minute later was moved to a worse node, or its hot GPU throttled, for ten. `state` as it is when it is no
+    `PlannerState` (a wrapping planner's own)."""
+    if not isinstance(state, PlannerState) or not state.full_targets:
+        return state
+    nodes = frozenset(full())
+    free = frozenset(pair for pair in state.full_targets if pair[1] not in nodes)
+    if not free:
+        return state
+    return replace(state, full_targets=state.full_targets - free,
+                   refused_targets=MappingProxyType({k: t for k, t in state.refused_targets.items() if k not in free}))
 
 
 def cap(state: PlannerState, capped: Iterable[tuple[Action, int | None]], now: float) -> PlannerState:
