@@ -93,8 +93,11 @@ class Holds:
 
     def for_unplaced(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers, now: float) -> str:
         """For a pod no node has room for (`offers` was last asked about it): preempt, else hold a node if it
-        starves. What was done, as a sentence to append to why it waits ("" when nothing)."""
-        return self.preempt(req, view, index, offers) or self.hold_for_starving(req, view, index, offers, now)
+        starves. What was done, as a sentence to append to why it waits ("" when nothing); while nothing was, the
+        victims it passes over (`Preemptor.passed_over_said`: unsaid, it read only "Insufficient ..." though a
+        victim there would make room)."""
+        return self.preempt(req, view, index, offers) or (self.preemptor.passed_over_said(req)
+                                                          + self.hold_for_starving(req, view, index, offers, now))
 
     def preempt(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers) -> str:
         """Preempt for a pod no node fits (balancer/actuate/k8s_preempt.py): " preemption: <what was done>", or ""

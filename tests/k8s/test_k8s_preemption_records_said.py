@@ -22,3 +22,14 @@ def test_the_pass_over_is_said_until_it_runs_out(kube: FakeKube, api, clock):
     assert preemptor.passed_over_said({**req, "uid": "another"}) == ""   # a pod made again under its name
     clock.now = until
     assert preemptor.passed_over_said(req) == ""
+
+
+def test_the_scheduler_says_the_pass_over_in_the_reason_the_pod_waits(kube: FakeKube, api, clock):
+    """The pass after the give-back: no preemption is tried (the victim is passed over), and the reason the pod
+    waits names the pass-over beside "Insufficient ..." instead of that alone."""
+    sched, _ = given_back(kube, api, clock)
+    sched.schedule_once()
+    why = sched.reasons["default/urgent"]
+    assert "Insufficient nvidia.com/gpu" in why
+    assert "preemption: victim default/p passed over on a until " in why
+    assert f"after {UNANSWERED_ASKS} unanswered evictions." in why
