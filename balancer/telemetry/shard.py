@@ -13,23 +13,22 @@ suspends one. The cluster's PodDisruptionBudgets are kept whole (`disruption_bud
 against them. The planner, the safety guard and the Kubernetes actuator work unchanged on such a snapshot: they use node
 names and per-node slots.
 
-Fail-static is per shard: the inner source's checks (stale, vanished, NaN or impossible values, frozen counters)
-refuse a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark
-exporter on one shard's node holds that shard still and no other. A node missing from the reading altogether stays
-with the shard that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard, until the node list
-labels it out of the shard (`ShardedSource.relabelled_out`). Those are of the current term as leader: a replica
-that takes the lead again knows none from before (`ShardedSource.new_term`). Before each reading, the GPU nodes the
-node list labels for the shard are its own too (`ShardedSource.listed`), mid-term as at its start: a dark node
-labelled for the shard, or relabelled into it while dark, holds it still (else, dropped by its old shard and shown by
-no reading, it was no shard's and its power caps lapsed), and with Prometheus down the shard's GPU nodes are still its
-own in the gauges and for its power caps' renewal. A reading that shows a node in another shard takes it out again.
-One GPU reported fresh under two hosts holds the shards of both. A service with no finite demand holds the capacity
-plan (not the shard: thermal relief goes on) of the shards with a replica of it on their nodes
-(`ClusterSnapshot.demand_unknown`; one with none placed is no shard's, and in no shard's snapshot); so does a
-profiled one with no serving series at all (`capacity_loop.unseen_services`): the snapshot names the services whose
-status it leaves out for being spread (`ClusterSnapshot.spread_services`), so a shard tells them apart (before, it
-held for neither). Several clusters in one Prometheus and a partial answer still hold every shard
-(`balancer.telemetry.prometheus` says why).
+Fail-static is per shard: the inner source's checks (stale, vanished, NaN or impossible values, frozen counters) refuse
+a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark exporter on
+one shard's node holds that shard still and no other. A node missing from the reading altogether stays with the shard
+that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard, until the node list labels it out of
+the shard or no longer has it (`ShardedSource.listed_out`). Those are of the current term as leader: a replica that
+takes the lead again knows none from before (`ShardedSource.new_term`). Before each reading, the GPU nodes the node list
+labels for the shard are its own too (`ShardedSource.listed`), mid-term as at its start: a dark node labelled for the
+shard, or relabelled into it while dark, holds it still (else, dropped by its old shard and shown by no reading, it was
+no shard's and its power caps lapsed), and with Prometheus down the shard's GPU nodes are still its own in the gauges
+and for its power caps' renewal. A reading that shows a node in another shard takes it out again. One GPU reported fresh
+under two hosts holds the shards of both. A service with no finite demand holds the capacity plan (not the shard:
+thermal relief goes on) of the shards with a replica of it on their nodes (`ClusterSnapshot.demand_unknown`; one with
+none placed is no shard's, and in no shard's snapshot); so does a profiled one with no serving series at all
+(`capacity_loop.unseen_services`): the snapshot names the services whose status it leaves out for being spread
+(`ClusterSnapshot.spread_services`), so a shard tells them apart (before, it held for neither). Several clusters in one
+Prometheus and a partial answer still hold every shard (`balancer.telemetry.prometheus` says why).
 
 An action planned on a node that is no longer the shard's when it is carried out (relabelled into another shard), or on
 GPUs renumbered since (a node left or joined the shard), is refused: `ShardedSource.refusal` says why, `refused` turns
@@ -189,7 +188,7 @@ class ShardedSource:
         self.index = np.zeros(0, dtype=np.int64)
         # the nodes this shard owns: those of the last snapshot, or shown ours by a reading refused for our own nodes'
         # telemetry (`snapshot`), and those a snapshot of this shard held that no reading shows since (its forgotten
-        # GPUs' nodes among them) until the node list labels them out (`relabelled_out`), and the node list's
+        # GPUs' nodes among them) until the node list labels them out or lacks them (`listed_out`), and the node list's
         # (`listed`, added before each reading); `shard_nodes` reports them, and the power caps renewed are theirs,
         # during a hold too. Of this term as leader only (`new_term`)
         self.nodes: set[str] = set()
@@ -234,7 +233,7 @@ class ShardedSource:
         Kubernetes API's nodes (`node_overrides`) that the exporter runs on (`vanished.gpu_node`) or that the fleet file
         lists with GPUs, with their API labels and, where the fleet file lists them, its pool, site and model, else
         those a reading of this process showed (`_seen`): a dark node relabelled into this shard, dropped by its old
-        shard (`relabelled_out` judges labels only), would otherwise fail a selector on model or pool here and be no
+        shard (`listed_out` judges labels only), would otherwise fail a selector on model or pool here and be no
         shard's, its power caps lapsing. The labels are always the node list's, so a remembered model never claims a
         node labelled for another shard. A node re-imaged with another GPU model while dark is judged by the model a
         reading last showed until a reading shows the new one: the safe side, fail-static, as the shard that held it
@@ -307,16 +306,17 @@ class ShardedSource:
         to lapse on GPUs nobody sees) where the term before held still for it. A node list that fails leaves none
         known (`_listed_or_none`): the reading's own error, or its outcome, is what the loop sees. Once a reading of
         the term has shown the scope, the node list counts both ways before each reading: a node it labels out of the
-        shard is dropped (`relabelled_out`) and one it labels for the shard added (`listed`), so a dark node relabelled
-        from one shard into another mid-term moves with its label, to be held still for by its new shard; a node the
-        reading shows is then the reading's to judge, and an unknown node list adds and drops none."""
+        shard, or no longer has (deleted from the cluster), is dropped (`listed_out`) and one it labels for the shard
+        added (`listed`), so a dark node relabelled from one shard into another mid-term moves with its label, to be
+        held still for by its new shard; a node the reading shows is then the reading's to judge, and an unknown node
+        list adds and drops none."""
         self._shown = {}
         if not self._read:
             self.nodes = set(self._listed_or_none())
         else:
             # the node list both ways: one relabelled into the shard while dark is no other shard's (its old one
             # dropped it) and no reading shows it here; a node shown in another shard is taken out again below
-            self.nodes = (self.nodes - self.relabelled_out()) | self._listed_or_none()
+            self.nodes = (self.nodes - self.listed_out()) | self._listed_or_none()
         try:
             full = self.inner.snapshot_for(self.owns) if isinstance(self.inner, ScopedSource) else self.inner.snapshot()
         except Exception:
@@ -342,22 +342,28 @@ class ShardedSource:
         self.last_full, self.index = full, index
         return part
 
-    def relabelled_out(self) -> frozenset[str]:
+    def listed_out(self) -> frozenset[str]:
         """The nodes among `nodes` that the inner source's node list (`node_overrides`) labels out of the shard now (a
-        label of the selector gone or another value), asked before each reading once one of the term showed the scope.
-        A node the reading shows is judged by the reading; one it lacks (its exporter dark) stayed the shard's for the
-        whole term, however it was relabelled: the shard held still for it until it came back, reported it as its own
-        and renewed its power caps, all of which are the shard's it is labelled for now (its `listed`, which that
-        shard's `snapshot` adds before each of its readings, mid-term too). Only labels are judged (pool, site and model
-        are the fleet file's or telemetry's, not relabelled). No node while the node list is unknown (not listed yet,
-        failing, or none kept): the nodes held stay, fail-static."""
+        label of the selector gone or another value) or no longer has (deleted from the cluster), asked before each
+        reading once one of the term showed the scope. A node the reading shows is judged by the reading; one it lacks
+        (its exporter dark) stayed the shard's for the whole term, however it was relabelled: the shard held still for
+        it until it came back, reported it as its own and renewed its power caps, all of which are the shard's it is
+        labelled for now (its `listed`, which that shard's `snapshot` adds before each of its readings, mid-term too).
+        Only labels are judged (pool, site and model are the fleet file's or telemetry's, not relabelled). A node
+        deleted from the cluster stayed for the rest of the term before, reported as the shard's
+        (gputide_shard_node_info) for nothing: nothing else needs it, as its GPUs are forgotten at once, not held for
+        (`vanished.Absences`), and no power cap or hot taint is kept on a node the Kubernetes API does not list. Shown
+        by a reading (an exporter still reporting), the reading adds it back. No node while the node list is unknown
+        (not listed yet, failing, none kept, or empty): the nodes held stay, fail-static."""
         api = getattr(self.inner, "node_overrides", None)
         try:
             meta = api() if callable(api) else None
         except Exception:  # the reading asks the node list too, and reports its failure
             log.debug("shard %s: node list unreadable", self.selector.name, exc_info=True)
             return frozenset()
-        return frozenset(n for n in self.nodes if meta and n in meta and not self.selector.labelled(meta[n].labels))
+        if not meta:
+            return frozenset()
+        return frozenset(n for n in self.nodes if n not in meta or not self.selector.labelled(meta[n].labels))
 
     def _listed_or_none(self) -> frozenset[str]:
         """`listed`, or none where the node list itself fails: the reading's refusal is what the loop reports."""
