@@ -631,12 +631,12 @@ def _first_migration(ledger: SafetyLedger, owner: str, now: float, cooldown: flo
 
 
 def _migrated(ledger: SafetyLedger, owners: Iterable[str], now: float, cooldown: float) -> set[str]:
-    """Those of `owners` with a migration within `cooldown` of `now` (`_first_migration` not None): the ledger's
-    migrations read once for all of them, not once per owner (a fleet's thousand services times its migrations)."""
-    recent = {m[3] for m in ledger.migrations if now - m[0] < cooldown}
-    last = ledger.last_action
-    return {o for o in owners if o in recent
-            or ((t := last.get(_disruption_key(Migrate.kind, o))) is not None and now - t < cooldown)}
+    """Those of `owners` with a migration within `cooldown` of `now` (`_first_migration` not None), asked only of
+    those the ledger names (its migrations' owners and its migration `_disruption_key`s), not of every owner (a
+    fleet's thousand services times its migrations): the rule is `_first_migration`'s alone."""
+    prefix = _disruption_key(Migrate.kind, "")
+    named = {m[3] for m in ledger.migrations} | {k[len(prefix):] for k in ledger.last_action if k.startswith(prefix)}
+    return {o for o in named.intersection(owners) if _first_migration(ledger, o, now, cooldown) is not None}
 
 
 def _cooldown_key(a: Action) -> str:
