@@ -96,7 +96,7 @@ class Holds:
         starves. What was done, as a sentence to append to why it waits ("" when nothing); while nothing was, the
         victims it passes over (`Preemptor.passed_over_said`: unsaid, it read only "Insufficient ..." though a
         victim there would make room)."""
-        return self.preempt(req, view, index, offers) or (self.preemptor.passed_over_said(req)
+        return self.preempt(req, view, index, offers) or (self.preemptor.passed_over_said(req, self._bound_by_node())
                                                           + self.hold_for_starving(req, view, index, offers, now))
 
     def preempt(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers) -> str:

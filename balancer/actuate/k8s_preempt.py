@@ -648,13 +648,16 @@ class Preemptor:
             self.nominate(key, choice.node)
         return done
 
-    def passed_over_said(self, req: Json) -> str:
+    def passed_over_said(self, req: Json, bound: Mapping[str, Sequence[Any]]) -> str:
         """Why `req` preempts none of the victims it passes over now (`plan`: their evictions went unanswered until
         its node was given back, `resume`), as a sentence to append to why it waits ("" when none). Unsaid, the pod
-        read only "Insufficient nvidia.com/gpu" for `reserve_s`, though a victim there would make room."""
+        read only "Insufficient nvidia.com/gpu" for `reserve_s`, though a victim there would make room. Only the
+        victims still bound on their node (`bound`, the pass's `Usage` per node): one gone since, deleted by its owner
+        or its node's pods read elsewhere, is no reason any more."""
         passed = self._doubts.passed_over(req["name"], req.get("uid") or "", self.clock())
         return "".join(f" preemption: victim {victim} passed over on {node} until {rfc3339(until)} after "
-                       f"{UNANSWERED_ASKS} unanswered evictions." for (node, victim), until in sorted(passed.items()))
+                       f"{UNANSWERED_ASKS} unanswered evictions." for (node, victim), until in sorted(passed.items())
+                       if any(u.key == victim for u in bound.get(node, ())))
 
     def nominate(self, key: str, node: str | None) -> None:
         """Set pod `key`'s `status.nominatedNodeName` to `node` (None: clear it), as kube-scheduler does for a

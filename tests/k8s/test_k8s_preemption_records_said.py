@@ -8,6 +8,7 @@ from fakeapi import FakeKube
 from test_k8s_preemption_records_uid import given_back
 
 from balancer.actuate.k8s_preempt import UNANSWERED_ASKS
+from balancer.actuate.k8s_reads import Usage
 from balancer.actuate.kubernetes import rfc3339
 
 
@@ -16,12 +17,14 @@ def test_the_pass_over_is_said_until_it_runs_out(kube: FakeKube, api, clock):
     sched, _ = given_back(kube, api, clock)
     preemptor = sched.holds.preemptor
     req = {"name": "default/urgent", "uid": kube.get("pods", "urgent", "default")["metadata"]["uid"]}
+    bound = {"a": [Usage("a", 8, 0, 0, (), key="default/p")]}
     until = start + 5 * UNANSWERED_ASKS + preemptor.reserve_s          # given back at the pass after the 3rd ask
-    assert preemptor.passed_over_said(req) == (f" preemption: victim default/p passed over on a until {rfc3339(until)}"
-                                               f" after {UNANSWERED_ASKS} unanswered evictions.")
-    assert preemptor.passed_over_said({**req, "uid": "another"}) == ""   # a pod made again under its name
+    assert preemptor.passed_over_said(req, bound) == (
+        f" preemption: victim default/p passed over on a until {rfc3339(until)} after {UNANSWERED_ASKS} unanswered"
+        " evictions.")
+    assert preemptor.passed_over_said({**req, "uid": "another"}, bound) == ""   # a pod made again under its name
     clock.now = until
-    assert preemptor.passed_over_said(req) == ""
+    assert preemptor.passed_over_said(req, bound) == ""
 
 
 def test_the_scheduler_says_the_pass_over_in_the_reason_the_pod_waits(kube: FakeKube, api, clock):
@@ -33,3 +36,16 @@ def test_the_scheduler_says_the_pass_over_in_the_reason_the_pod_waits(kube: Fake
     assert "Insufficient nvidia.com/gpu" in why
     assert "preemption: victim default/p passed over on a until " in why
     assert f"after {UNANSWERED_ASKS} unanswered evictions." in why
+
+
+
+def test_a_victim_gone_since_is_not_said(kube: FakeKube, api, clock):
+    """p no longer bound on a (deleted by its owner, its node's pods read without it): no reason any more, though
+    the pass-over still runs."""
+    sched, _ = given_back(kube, api, clock)
+    preemptor = sched.holds.preemptor
+    req = {"name": "default/urgent", "uid": kube.get("pods", "urgent", "default")["metadata"]["uid"]}
+    assert "victim default/p passed over on a" in preemptor.passed_over_said(
+        req, {"a": [Usage("a", 8, 0, 0, (), key="default/p")]})
+    assert preemptor.passed_over_said(req, {"a": [Usage("a", 8, 0, 0, (), key="default/fits")]}) == ""
+    assert preemptor.passed_over_said(req, {"b": [Usage("b", 8, 0, 0, (), key="default/p")]}) == ""
