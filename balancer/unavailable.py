@@ -41,7 +41,8 @@ class _Counts:
     from its spec its inference pods placed, and, while a node is forgotten, the most GPUs one of its inference pods
     asks (`gpus`, at least 1; none seen: 1). One pass over the workloads, only the counts a snapshot's
     services ask for: numpy columns built from the workloads (`np.fromiter` over a `map`) cost as much as the loop
-    itself on CPython 3.11, so it stays a loop, cached per snapshot (`_counts`) for the planner and the guard."""
+    itself on CPython 3.11, so it stays a loop, cached per snapshot and shared with a snapshot derived from it
+    (`_entry`) for the planner and the guard."""
 
     __slots__ = ("gpus", "running", "unplaced")
 
@@ -72,15 +73,57 @@ class _Counts:
         self.unplaced, self.running = unplaced, running
 
 
-_counts_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+class _Entry:
+    """What is kept of one snapshot's counts: its `_Counts`, and `short_now` once asked (None until then)."""
+
+    __slots__ = ("counts", "now")
+
+    def __init__(self, counts: _Counts) -> None:
+        self.counts: _Counts = counts
+        self.now: Mapping[str, int] | None = None
+
+
+_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # snapshot -> its _Entry
+# the basis (`_basis`) of the snapshot last counted afresh, and its entry: strong references (tuples take no weak
+# one), replaced at the next count afresh, so they keep at most one snapshot's workloads and mappings alive
+_last: list[tuple[tuple, _Entry]] = []
+
+
+def _basis(snapshot: ClusterSnapshot) -> tuple:
+    """All that `_Counts` and `short(snapshot)` read of a snapshot: its workloads, GPUs and nodes (`dark_per_node`
+    reads the widest node), placements, services and forgotten nodes."""
+    s = snapshot
+    return s.workloads, s.gpus, s.nodes, s.placements, s.services, s.forgotten_nodes
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """Whether two bases count alike: the same tuples (by identity: comparing 20k workloads a fresh snapshot built
+    anew costs more than counting them), equal mappings (a derived snapshot copies them, holding the same values: a
+    C-level pass, each value the same object)."""
+    return all(x is y for x, y in zip(a[:3], b[:3], strict=True)) and all(
+        x is y or x == y for x, y in zip(a[3:], b[3:], strict=True))
+
+
+def _entry(snapshot: ClusterSnapshot) -> _Entry:
+    """The counts of `snapshot`, once per snapshot, and shared with the snapshot last counted when it reads the same
+    (`_same`): the planner and the guard of one cycle both ask, the planner on the capacity loop's derived snapshot
+    (`capacity_loop.with_unseen`: a new object, `demand_unknown` changed), the guard on the loop's own; each counted
+    afresh, a cycle counted 20k spec-counted services' workloads twice (about 10 ms each)."""
+    e = _cache.get(snapshot)
+    if e is None:
+        basis = _basis(snapshot)
+        if _last and _same(basis, _last[0][0]):
+            e = _last[0][1]
+        else:
+            e = _Entry(_Counts(snapshot))
+            _last[:] = [(basis, e)]
+        _cache[snapshot] = e
+    return e
 
 
 def _counts(snapshot: ClusterSnapshot) -> _Counts:
-    """`_Counts` of `snapshot`, once per snapshot: the planner and the guard of one cycle both ask."""
-    c = _counts_cache.get(snapshot)
-    if c is None:
-        c = _counts_cache[snapshot] = _Counts(snapshot)
-    return c
+    """`_Counts` of `snapshot` (`_entry`)."""
+    return _entry(snapshot).counts
 
 
 def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, int]:
@@ -117,13 +160,11 @@ def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, 
     return out
 
 
-_short_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def short_now(snapshot: ClusterSnapshot) -> Mapping[str, int]:
-    """`short(snapshot)` with no owner taken as moving, once per snapshot (read-only): the hotspot planner's
-    (`balancer.plan.hotspots.may_move`), which keeps no ledger of past migrations."""
-    s = _short_cache.get(snapshot)
-    if s is None:
-        s = _short_cache[snapshot] = MappingProxyType(short(snapshot))
-    return s
+    """`short(snapshot)` with no owner taken as moving, once per snapshot and those it shares counts with (`_entry`;
+    read-only): the hotspot planner's (`balancer.plan.hotspots.may_move`), which keeps no ledger of past
+    migrations."""
+    e = _entry(snapshot)
+    if e.now is None:
+        e.now = MappingProxyType(short(snapshot))
+    return e.now
