@@ -50,16 +50,23 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   rest, so newer kubelets with more fields answer the same, and older ones without a field answer it empty).
 * `PodAttribution(client, grace_s)`: turns the answer into `WorkloadInfo`s for this node's GPUs. If the kubelet
   does not answer (restarting, socket not mounted, permission denied), the last answer is kept for `grace_s`
-  seconds and then dropped, so a lasting outage shows as no attribution rather than as frozen pods. It is dropped
-  only by a collection after one that already failed, whose scrape published `gputide_pod_resources_up` 0: where
-  the first failed collection is past `grace_s` already (`grace_s` 0, or scrapes further apart than it), that
-  scrape publishes up 0 with the kept pods and the next drops them. Both in one scrape, Prometheus' remote write
-  with several shards could deliver the pods' stale markers before up 0 (up to its `batch_send_deadline`, 5 s,
-  apart), and the controller, which reads pod attribution with up 0 (`gpu:pod_attribution_down:bool`), saw GPUs
-  with no pods and no up 0 for a moment: free. It also collects its own health: `gputide_pod_resources_up`,
-  `gputide_pod_resources_last_success_timestamp_seconds` and `gputide_pod_resources_unmatched_devices` (device
-  IDs of a GPU or MIG resource, and DRA devices of a GPU driver, that match no GPU of this exporter: another
-  node's, a MIG device NVML does not know, an ID format or device name not known here; each logged once).
+  seconds counted from the first collection that failed (not from the kubelet's last answer), and then dropped, so
+  a lasting outage shows as no attribution rather than as frozen pods; it is dropped only by a collection after
+  one that already failed, never by the first (with `grace_s` 0 too). Why: dropped in the scrape that first said
+  `gputide_pod_resources_up` 0, Prometheus' remote write with several shards could deliver the pods' stale
+  markers before up 0 (up to its `batch_send_deadline`, 5 s, apart), and the controller, which reads pod
+  attribution with up 0 (`gpu:pod_attribution_down:bool`), saw GPUs with no pods and no up 0 for a moment: free.
+  What holds: every scraper that scrapes this exporter at least every `grace_s` (each Prometheus of an HA pair
+  counted alone) gets at least one scrape with up 0 and the kept pods before they go, since its first scrape
+  after the first failed collection comes within `grace_s` of it. Not for a scraper slower than that, nor for
+  `grace_s` 0 with several scrapers: only the one whose scrape ran the first failed collection is sure to get it,
+  another may go from up 1 with the pods to up 0 without them in one scrape. And a collection that outran
+  `--collect-timeout` is served stale (the last complete one, `exporters.health`), so its up 0 may have reached
+  no scraper, and the pods still go `grace_s` after it began. It also collects its own health:
+  `gputide_pod_resources_up`, `gputide_pod_resources_last_success_timestamp_seconds` and
+  `gputide_pod_resources_unmatched_devices` (device IDs of a GPU or MIG resource, and DRA devices of a GPU driver,
+  that match no GPU of this exporter: another node's, a MIG device NVML does not know, an ID format or device name
+  not known here; each logged once).
 * Pods that have finished: kubelets list a pod's devices until the pod object is gone, Succeeded and Failed ones
   included (kubernetes#119423; newer kubelets leave terminal pods out), and `List` says nothing
   of a pod's phase, UID or start. So a GPU whose Job pod completed still names that pod, and once the device plugin
@@ -323,15 +330,18 @@ class PodAttribution:
                                 for c in (_claim(a) for a in self._last if not a.claim)}
         except grpc.RpcError as exc:
             self._up = False
-            published_down = self._failing_since is not None   # an earlier failed collection's scrape said up 0
-            if not published_down:
-                self._failing_since = now
+            since = self._failing_since   # the first failed collection of this outage, if an earlier one was
+            published_down = since is not None   # an earlier failed collection's scrape said up 0
+            if since is None:
+                since = self._failing_since = now
                 log.warning("kubelet PodResources at %s not answering (%s); keeping the last answer for %.0f s",
                             getattr(self.client, "socket", "?"), exc.code() if hasattr(exc, "code") else exc,
                             self.grace_s)
-            if self._last is not None and now - self._last_ok > self.grace_s and published_down:
-                log.error("kubelet PodResources silent for %.0f s: GPUs are published without their pods",
-                          now - self._last_ok)
+            # grace counted from the first failed collection, not the last answer: a scraper's first scrape after
+            # it is then within grace_s of it, and gets up 0 with the pods (module docstring)
+            if self._last is not None and published_down and now - since > self.grace_s:
+                log.error("kubelet PodResources silent for %.0f s (%.0f s since it last answered): GPUs are "
+                          "published without their pods", now - since, now - self._last_ok)
                 self._last = None
             return self._last or []
         self._up, self._last_ok, self._failing_since = True, now, None

@@ -126,6 +126,8 @@ def test_a_silent_kubelet_keeps_the_last_answer_for_the_grace_period_then_drops_
     now[0] += 30
     assert len(att.workloads(GPUS)) == 1 and not att._up   # within the grace period: the last answer
     now[0] += 31
+    assert len(att.workloads(GPUS)) == 1   # 61 s since the last answer, 31 since the first failure: counted from it
+    now[0] += 30
     assert att.workloads(GPUS) == ()                         # past it: no attribution rather than a frozen one
     reg = CollectorRegistry()
     reg.register(att)

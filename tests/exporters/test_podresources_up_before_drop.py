@@ -1,7 +1,10 @@
-"""A silent kubelet's kept answer is dropped only once a scrape has published `gputide_pod_resources_up` 0. The
-collection that first failed past `grace_s` dropped the pods in the scrape that first said up 0: through
-Prometheus' remote write with several shards the pods' stale markers could arrive before up 0 (up to
-`batch_send_deadline` apart), and the controller, reading pod attribution with up 0, took the GPUs for free."""
+"""A silent kubelet's kept answer is dropped only by a collection after one that already failed, and `grace_s` after
+the first failed collection, not after the kubelet's last answer. The collection that first failed past `grace_s`
+dropped the pods in the scrape that first said `gputide_pod_resources_up` 0: through Prometheus' remote write with
+several shards the pods' stale markers could arrive before up 0 (up to `batch_send_deadline` apart), and the
+controller, reading pod attribution with up 0, took the GPUs for free. Counted from the first failure, every
+scraper that scrapes at least every `grace_s` (each Prometheus of an HA pair) gets a scrape with up 0 and the pods
+before they go."""
 
 from __future__ import annotations
 
@@ -53,6 +56,10 @@ class Exporter:
     def scrape(self) -> tuple[set[str], float]:
         """(the pods of this scrape's join table, its gputide_pod_resources_up): one render, as a scrape is."""
         self.now += self.interval_s
+        return self.collection()
+
+    def collection(self) -> tuple[set[str], float]:
+        """What `scrape` returns, of a collection made now (the clock not moved)."""
         fams = {f.name: f for f in text_string_to_metric_families(render(self.registry).decode())}
         return ({s.labels["pod"] for s in fams["gputide_gpu_workload_info"].samples},
                 fams["gputide_pod_resources_up"].samples[0].value)
@@ -88,3 +95,41 @@ def test_a_kubelet_that_answers_in_between_starts_the_count_again():
     exporter.kubelet.silent = True
     assert exporter.scrape() == ({"train-0", "serve"}, 0)
     assert exporter.scrape() == (set(), 0)
+
+
+def _went_down_first(seen: list[tuple[set[str], float]]) -> bool:
+    """Whether one scraper's scrapes, in order, had up 0 with the pods in the one before the first without them."""
+    gone = next(i for i, (pods, _) in enumerate(seen) if not pods)
+    return gone > 0 and seen[gone - 1] == ({"train-0"}, 0) and all(up == 0 for _, up in seen[gone:])
+
+
+def test_two_prometheus_replicas_each_get_up_0_with_the_pods_before_they_go():
+    """An HA pair, each replica scraping every 30 s, 15 s apart (the exporter collects every 15 s), the kubelet
+    falling silent after either one's scrape: each sees up 0 with the pods before it sees none (their scrapes are
+    within grace_s, 60 s, of the first failed collection)."""
+    for before in (4, 5):   # silent after replica A's scrape, then after B's
+        exporter = Exporter(grace_s=60, interval_s=15)
+        seen: tuple[list, list] = ([], [])
+        for i in range(before + 10):
+            exporter.kubelet.silent = i >= before
+            seen[i % 2].append(exporter.scrape())
+        assert all(s[:2] == [({"train-0"}, 1)] * 2 for s in seen)
+        assert _went_down_first(seen[0]) and _went_down_first(seen[1]), (before, seen)
+
+
+def test_a_replica_whose_last_scrape_shared_an_earlier_collection_still_gets_up_0_with_the_pods():
+    """Replica B scrapes 5 s after A, each every 60 s (grace_s): B's scrape finds A's collection still running (a
+    slow read) and shares it (`exporters.health`), so its up 1 and pods are from 5 s before it. Counted from the
+    kubelet's last answer, B's next scrape, 60 s on, was 65 s past it: the pods went with B's first up 0."""
+    exporter = Exporter(grace_s=60, interval_s=60)
+    t = exporter.now
+    assert exporter.collection() == ({"train-0"}, 1)   # A's scrape at t, which B's at t + 5 shares
+    exporter.kubelet.silent = True
+    exporter.now = t + 60
+    assert exporter.collection() == ({"train-0"}, 0)   # A's: the first failed collection
+    exporter.now = t + 65
+    assert exporter.collection() == ({"train-0"}, 0)   # B's, 60 s after its last: 5 s past the first failure
+    exporter.now = t + 120
+    assert exporter.collection() == ({"train-0"}, 0)   # A's: 60 s past the first failure, not more
+    exporter.now = t + 125
+    assert exporter.collection() == (set(), 0)   # B's: it had up 0 with the pods at t + 65
