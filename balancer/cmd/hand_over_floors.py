@@ -345,12 +345,12 @@ def _deepest(pod: Json, mounts: list[Json], file: PurePosixPath) -> list[Json]:
 def _links(pod: Json, mounts: list[Json]) -> tuple[bool, ...]:
     """Whether the container's /var/run may be a symlink to /run (True) and whether it may be none (False), as
     `mounts` leave the image's: a mount at /var (or /) hides it, the deepest of them deciding (the runtime mounts it
-    last); a hostPath of the host's own /var (or /) mounted there brings the host's /var/run, on a systemd host (every
-    current distribution) the symlink to /run, which the runtime and the controller follow inside the container, so
-    both may be (a host with /var/run a folder of its own gives its own files). Taken for hiding it, a ConfigMap at
-    /run/secrets/kubernetes.io/serviceaccount beside the admission plugin's token in such a pod was over no file: the
-    controller taken for its Deployment's namespace's alone, while it may read the ConfigMap's (a hostPath /var at
-    /host/var is no mount at /var: it changes nothing here)."""
+    last); a hostPath of the host's own /var (or /) mounted there (`_host_own`, its subPath joined) brings the
+    host's /var/run, on a systemd host (every current distribution) the symlink to /run, which the runtime and the
+    controller follow inside the container, so both may be (a host with /var/run a folder of its own gives its own
+    files). Taken for hiding it, a ConfigMap at /run/secrets/kubernetes.io/serviceaccount beside the admission
+    plugin's token in such a pod was over no file: the controller taken for its Deployment's namespace's alone,
+    while it may read the ConfigMap's (a hostPath /var at /host/var is no mount at /var: it changes nothing here)."""
     hides = [m for m in mounts if _cleaned(m) in _HIDES_RUN]
     if not hides:
         return (True,)
@@ -360,11 +360,26 @@ def _links(pod: Json, mounts: list[Json]) -> tuple[bool, ...]:
 
 
 def _host_own(pod: Json, mount: Json) -> bool:
-    """Whether `mount` shows the host's own folder at the same place: a hostPath of `mount`'s own path (cleaned as
-    the kubelet resolves it), with no subPath."""
+    """Whether `mount` may show the host's own folder at the same place: a hostPath whose path and `mount`'s subPath
+    joined (cleaned as the kubelet resolves them) are `mount`'s own path, as the host's / with subPath var at /var
+    is its /var; with a subPathExpr (expanded on the node, from the container's env: not read here) one whose path
+    is that path or a folder above it may be, so both views are judged (it only adds refusals). Read as hiding the
+    symlink whatever its subPath, the host's / with subPath var at /var was, and a ConfigMap at
+    /run/secrets/kubernetes.io/serviceaccount beside the token was over no file: a hand-over went ahead under a
+    controller that may read the ConfigMap's namespace."""
     path = str((_volume(pod, mount).get("hostPath") or {}).get("path") or "")
-    return bool(path) and not mount.get("subPath") and not mount.get("subPathExpr") \
-        and PurePosixPath(posixpath.normpath("/" + path.lstrip("/"))) == _cleaned(mount)
+    if not path:
+        return False
+    at = _cleaned(mount)
+    if mount.get("subPathExpr"):
+        host = _host_path(path)
+        return host == at or host in at.parents
+    return _host_path(f"{path}/{mount.get('subPath') or ''}") == at
+
+
+def _host_path(path: str) -> PurePosixPath:
+    """`path` on the host cleaned as the kubelet resolves it ("//var/" and "/./var" are /var)."""
+    return PurePosixPath(posixpath.normpath("/" + path.lstrip("/")))
 
 
 _RUN, _VAR_RUN = PurePosixPath("/run"), PurePosixPath("/var/run")

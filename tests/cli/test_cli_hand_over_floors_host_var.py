@@ -6,7 +6,8 @@ and the controller follow inside the container. It was taken for hiding it, so a
 /run/secrets/kubernetes.io/serviceaccount beside the admission plugin's token was over no file, the controller taken
 for its Deployment's namespace's alone, and a hand-over of the Lease the ConfigMap's namespace names went ahead under
 it. An emptyDir at /var, a hostPath of another folder there (the host's / at /var shows its /run folder), or one with
-a subPath still hides it."""
+a subPath to another folder still hides it; the host's / with subPath var at /var is its own /var, and one with a
+subPathExpr (expanded on the node) may be."""
 
 from __future__ import annotations
 
@@ -69,3 +70,36 @@ def test_a_hostpath_of_the_hosts_own_var_keeps_run_over_the_namespace_file(host,
     if at == "/":   # the host's own / with an emptyDir at /var, deeper, mounted over it: hidden
         assert writers(controller((shown, at, None), ({"name": "var", "emptyDir": {}}, "/var", None),
                                   (ODD, RUN_SA, None))) == (OWN, "")
+
+
+@pytest.mark.parametrize("host, sub", [("/", "var"), ("/", "./var/"), ("//", "var")],
+                         ids=["root-sub-var", "root-sub-unclean", "root-unclean"])
+def test_a_hostpath_whose_subpath_is_the_hosts_own_var_keeps_run_over_the_namespace_file(host, sub):
+    """The host's / with subPath var mounted at /var is the host's own /var (its /var/run the symlink to /run): it
+    was taken for hiding the image's symlink, the ConfigMap at /run over no file, and the hand-over went ahead."""
+    mount = ({"name": "host", "hostPath": {"path": host}}, "/var", sub)
+    told, why = writers(controller(mount, (ODD, RUN_SA, None)))
+    assert told == ANY and f"its volume odd (configMap) mounted over it at {RUN_SA} may put any namespace" in why, why
+    # another folder of the host's at /var through its subPath still hides it
+    for other in ("srv", "var/x", "run"):
+        assert writers(controller((mount[0], "/var", other), (ODD, RUN_SA, None))) == (OWN, ""), other
+
+
+def _with_sub_path_expr(dep: dict, expr: str) -> dict:
+    """`dep` with its container's mount of the volume host given `expr` as its subPathExpr."""
+    (mount,) = [m for m in dep["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] if m["name"] == "host"]
+    mount["subPathExpr"] = expr
+    return dep
+
+
+@pytest.mark.parametrize("host, at", [("/", "/var"), ("/var", "/var"), ("/", "/")], ids=["root", "var", "root-at-root"])
+def test_a_hostpath_with_a_subpathexpr_may_be_the_hosts_own_var(host, at):
+    """A subPathExpr is expanded on the node from the container's env ($(NODE_DIR): var, or any other): from a host
+    folder at or above the mount's path, it may be the host's own, so both views are judged (a refusal)."""
+    dep = _with_sub_path_expr(controller(({"name": "host", "hostPath": {"path": host}}, at, None),
+                                         (ODD, RUN_SA, None)), "$(NODE_DIR)")
+    assert writers(dep)[0] == ANY
+    # from a host folder beside it, no expansion reaches the host's /var (the kubelet refuses a '..' in it): hidden
+    dep = _with_sub_path_expr(controller(({"name": "host", "hostPath": {"path": "/srv"}}, "/var", None),
+                                         (ODD, RUN_SA, None)), "$(NODE_DIR)")
+    assert writers(dep) == (OWN, "")
