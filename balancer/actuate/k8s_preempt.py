@@ -71,6 +71,23 @@ with it: a later preemption counts afresh). An answered refusal between them (42
 throttling) does not begin the count again: it says nothing of whether they landed, and counted "in a row" the
 unanswered ones renewed the hold up to the hour's cap. They are counted by the victim's uid: a pod made again under
 its name (a StatefulSet's) starts its own count (`Preemptor._asks`; one record per victim: `k8s_preempt_doubts`).
+
+Whose deletion: a victim in doubt found gone (404) is counted, as above: nothing left tells who deleted it. One found
+terminating (`deletionTimestamp`) says more where the cluster marks disruptions (PodDisruptionConditions: beta and on
+by default since Kubernetes 1.26, GA and always on since 1.31): the Eviction API gives the pod the condition
+`DisruptionTarget` (status "True", reason `EvictionByEvictionAPI`) before it deletes it. With that condition it is
+counted (an eviction landed; another client's eviction, a `kubectl drain`, cannot be told from ours, as before);
+with a `DisruptionTarget` of another reason (`PreemptionByScheduler`, `DeletionByTaintManager`, `DeletionByPodGC`,
+`TerminationByKubelet`) it is not (said at info): another disruption deleted it. With none, it is not counted only
+where this cluster is known to mark evictions (`Preemptor.marks_evictions`): learned once a victim this replica reads
+terminating (in doubt or not) carries `EvictionByEvictionAPI`, for the API server sets it, so that one terminating
+without it was deleted by its owner (a Deployment scaled down, a Job finished, a `kubectl delete`); or set by the
+caller. It is kept for the process's life, a property of the API server rather than of a term (one downgraded below
+1.26, or its gate turned off, is noticed at the next start only). Until then a pod terminating without one is
+counted, as before: a cluster older than 1.26, or one with the gate off, never marks any, and there its owner's
+deletion within the doubt's window cannot be told from the eviction landing. A landed eviction whose mark a later
+disruption replaced (Pod garbage collection force-deleting it after its node was deleted) goes uncounted: the pod
+keeps one `DisruptionTarget`, the last.
 """
 
 from __future__ import annotations
@@ -95,6 +112,7 @@ from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold
     short,
     unlisted_amount,
 )
+from balancer.actuate.k8s_jobs import EVICTED_CONDITION
 from balancer.actuate.k8s_migrate import eviction
 from balancer.actuate.k8s_nodes import annotation_map_change
 from balancer.actuate.k8s_preempt_doubts import NEVER, Doubts
@@ -125,6 +143,7 @@ UNANSWERED_ASKS = 3      # evictions of one victim, each unanswered and found no
 # how long an eviction that got no answer may still land at the API server: twice its default request timeout (60 s,
 # --request-timeout). A victim read running later than that after its last unanswered eviction was not evicted by it
 IN_FLIGHT_S = 120.0
+BY_EVICTION_API = "EvictionByEvictionAPI"   # the reason of the DisruptionTarget the Eviction API gives a pod it deletes
 
 
 class EvictionsStopped(ActuationError):
@@ -140,6 +159,15 @@ def unread_error(victim: str, err: ActuationError) -> ActuationError:
     """The error of a pass that could not read `victim`, whose eviction got no answer earlier (`Doubt.uid`),
     to tell whether that eviction landed (`err`: the read's): it is read again at the next pass, not evicted."""
     return ActuationError(f"cannot read {victim} to tell whether its unanswered eviction landed: {err}")
+
+
+def disruption(pod: Json) -> str | None:
+    """The reason of `pod`'s condition `DisruptionTarget` with status "True" (what deletes it: `BY_EVICTION_API`,
+    `PreemptionByScheduler`, ...; "" where it names none), None where it has no such condition (module docstring)."""
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == EVICTED_CONDITION and c.get("status") == "True":
+            return str(c.get("reason") or "")
+    return None
 
 
 def stop_labelled(node: Json) -> bool:
@@ -465,6 +493,10 @@ class Preemptor:
         self._doubts = Doubts()
         # told of each (victim, node) whose unanswered eviction a read at `release` finds landed (`k8s_holds` counts it)
         self.on_landed: Callable[[str, str], None] = lambda victim, node: None
+        # whether the cluster marks the pods the Eviction API deletes (`DisruptionTarget`, `BY_EVICTION_API`): learned
+        # once a pod read carries it (`_not_evicted`), or set by the caller; a victim in doubt found terminating
+        # without any mark is then not counted (module docstring)
+        self.marks_evictions = False
 
     def stop_reason(self, node: str | None = None) -> str | None:
         """Why no pod may be evicted now (on `node`, when given), None when evictions may go on: the cluster-wide
@@ -807,7 +839,7 @@ class Preemptor:
         counted as preempted."""
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if ending := parse_time(meta.get("deletionTimestamp")):   # its grace period runs already
-            return ending, self._landed(key, node, victim, meta.get("uid") or "")
+            return ending, self._landed(key, node, victim, pod)
         if (doubt := self._doubts.get(key, node, victim).uid) not in (None, meta.get("uid")):   # made again
             self._forget(key, node, victim)
         elif doubt is not None and not self._in_flight(key, node, victim):
@@ -923,7 +955,8 @@ class Preemptor:
     def _went(self, key: str, node: str, victim: str) -> bool:
         """Whether `victim`, left to evict for `key` on `node` and no longer among the pass's pods running there (bound,
         not finished), left through this replica's eviction that got no answer (`Doubt.uid`), as a read of it now says
-        (`_landed`): no pod of its name is on `node` any more (404), or that pod is being deleted (`deletionTimestamp`).
+        (`_landed`): no pod of its name is on `node` any more (404), or that pod is being deleted (`deletionTimestamp`),
+not marked as deleted by another (`_not_evicted`).
         One found finished on its own (Succeeded, Failed: the pass's bound pods leave such pods out) was not evicted:
         that eviction did not land, and it is forgotten uncounted, as one found still running `IN_FLIGHT_S` after the
         eviction is (within it, that eviction may still land: the doubt is kept). A read that fails raises
@@ -935,26 +968,46 @@ class Preemptor:
             pod = self._read(node, victim)
         except NotFoundError:
             return self._landed(key, node, victim)
-        meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return self._landed(key, node, victim, meta.get("uid") or "")
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return self._landed(key, node, victim, pod)
         finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         if finished or not self._in_flight(key, node, victim):
             self._forget(key, node, victim)   # finished on its own, or running past the eviction's flight: not evicted
         return False
 
-    def _landed(self, key: str, node: str, victim: str, uid: str | None = None) -> bool:
+    def _landed(self, key: str, node: str, victim: str, pod: Json | None = None) -> bool:
         """Whether `victim`'s eviction for `key` on `node`, asked by this replica in this term without an answer
-        (`Doubt.uid`), landed, as the victim read now says: the pod read is that one (`uid`), terminating (the
-        caller asks only then), or no pod of its name is on `node` any more (`uid` None): then its Event
-        `Preempted` is posted, as a landed eviction's. Resolved either way, it is forgotten; a pod of its name with
-        another uid there is another pod (made again there since), which that eviction did not touch, and the pod
-        it asked to evict is forgotten uncounted. False for a victim it never asked to evict."""
+        (`Doubt.uid`), landed, as the victim read now says: the pod read (`pod`) is that one (its uid), terminating
+        (the caller asks only then) and not marked deleted by another (`_not_evicted`), or no pod of its name is on
+        `node` any more (`pod` None): then its Event `Preempted` is posted, as a landed eviction's. Resolved either
+        way, it is forgotten; a pod of its name with another uid there is another pod (made again there since), which
+        that eviction did not touch, and the pod it asked to evict is forgotten uncounted, as is one another
+        disruption, or its owner, deleted (said at info). False for a victim it never asked to evict."""
+        why = None if pod is None else self._not_evicted(pod)   # asked of every pod read terminating: it learns
         was = self._forget(key, node, victim)
-        if was is None or uid is not None and uid != was:
+        if was is None or pod is not None and ((pod.get("metadata") or {}).get("uid") or "") != was:
+            return False
+        if why:
+            log.info("scheduler %s: %s, evicted for %s on %s without an answer, is terminating with %s: that eviction "
+                     "did not delete it, not counted as preempted", self.scheduler_name, victim, key, node, why)
             return False
         self._preempted(key, node, victim)
         return True
+
+    def _not_evicted(self, pod: Json) -> str | None:
+        """Why `pod`, read terminating, was not deleted through the Eviction API (None: it may have been), by its
+        `DisruptionTarget` (`disruption`; module docstring): another disruption's reason, or none at all where this
+        cluster is known to mark evictions (`marks_evictions`, learned here from a pod marked `BY_EVICTION_API`)."""
+        reason = disruption(pod)
+        if reason == BY_EVICTION_API:
+            self.marks_evictions = True
+            return None
+        if reason:
+            return f"{EVICTED_CONDITION} {reason}: another disruption deleted it"
+        if self.marks_evictions:   # one without a reason tells nothing more than none
+            return f"no {EVICTED_CONDITION} {BY_EVICTION_API}, which this cluster gives a pod the Eviction API " \
+                   "deletes: its owner deleted it"
+        return None
 
     def _overtaken(self, key: str, node: str, victim: str, uid: str | None) -> None:
         """`key`'s eviction of `victim`, the pod of `uid` on `node`, sent and gone through, or unanswered (`_ask`):
