@@ -121,23 +121,24 @@ def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]
                     ) -> tuple[list[Action], list[Action], list[Action]]:
     """The guard's refusals as `planner.refuse` takes them: the actions whose workloads are not moved for a while,
     the moves kept off nodes only (`targets`), and those of them kept off only while the guard counts their node full
-    (`full`). One refused for its target node alone (`MaxConcurrentMigrations.target_only`) is kept off its target and
-    every node that replacements still landing past `migrationSettleS` alone hold at the limit (`full_nodes`), one
-    move per node: the planner does not count migrations in flight, and kept off its target alone the pod was proposed
-    the next-best full node each cycle, one refused per cycle, its hot GPU throttled only once all had been. Those
-    full nodes free when the replacements land, which the planner does not see either: the loop asks the guard each
-    cycle (`planner.still_full`), and kept off for `refusedTargetRetryS` the pod was throttled or sent to a worse node
-    for ten minutes when one landed a minute later."""
+    (`full`: all of them). One refused for its target node alone (`MaxConcurrentMigrations.target_only`) is kept off
+    its target and every node that replacements still landing past `migrationSettleS` alone hold at the limit
+    (`full_nodes`), one move per node: the planner does not count migrations in flight, and kept off its target alone
+    the pod was proposed the next-best full node each cycle, one refused per cycle, its hot GPU throttled only once all
+    had been. Those nodes free when the replacements land, which the planner does not see either: the loop asks the
+    guard each cycle (`planner.still_full`), and kept off for `refusedTargetRetryS` the pod was throttled or sent to a
+    worse node for ten minutes when one landed a minute later. The target itself is marked too: full only with
+    migrations settling, it frees within `migrationSettleS`, and once the guard no longer counts it full the pod may
+    go there again. Left unmarked, it was taken for the actuator's refusal (`planner.refuse`): kept off for
+    `refusedTargetRetryS`, and still so when a later refusal named it full (`full_nodes`), its ten minutes restarted."""
     whole: list[Action] = []
     nodes: list[Action] = []
-    full: list[Action] = []
     for a, exc in rejected:
         if isinstance(a, Migrate) and isinstance(exc, MaxConcurrentMigrations) and exc.target_only:
             nodes += [replace(a, target_node=n) for n in sorted(exc.full_nodes | {a.target_node})]
-            full += [replace(a, target_node=n) for n in sorted(exc.full_nodes)]
         else:
             whole.append(a)
-    return whole, nodes, full
+    return whole, nodes, list(nodes)
 
 
 class _WhatIf:

@@ -278,8 +278,9 @@ class SafetyGuard:
         """The nodes at `maxConcurrentMigrationsPerNode` as a review at `now` counts them before accepting anything
         (`_in_flight`: migrations still settling, replacements still landing): a migration to any of them is refused
         (`MaxConcurrentMigrations`). The loop asks before planning while the planner keeps a pod off a node the guard
-        found full (`planner.still_full`): that keep-off ends once the node has room (the replacement that held it
-        runs), not `refusedTargetRetryS` after the refusal."""
+        found full (`planner.still_full`, the refused target and its `full_nodes`): that keep-off ends once the node
+        has room (the migrations settling there settle, the replacement that held it runs), not `refusedTargetRetryS`
+        after the refusal."""
         t = self._moving(snapshot, ledger, now, 0)
         limit = self.policy.max_concurrent_migrations_per_node
         return frozenset(node for node, count in t.per_node.items() if count >= limit)
@@ -525,8 +526,8 @@ def _full(t: _Tally, p: SafetyPolicy) -> frozenset[str]:
     ago is its owner's Pending one was proposed the next cycle and refused again, one node a cycle, the hot GPU
     throttled late. Not those full only with other migrations still settling (their sources too) or accepted in this
     review: they free within `migrationSettleS`, and kept off them for `refusedTargetRetryS` the pod was throttled
-    though one had room by then (the loop keeps it off the refused target itself whatever it holds). One pass over
-    the nodes with any landing or pending."""
+    though one had room by then (the loop keeps it off the refused target itself, whatever holds it, while
+    `SafetyGuard.full_nodes` counts it). One pass over the nodes with any landing or pending."""
     held = {n: len(t.landing.get(n, ())) + len(t.pending.get(n, ())) for n in t.landing.keys() | t.pending.keys()}
     return frozenset(node for node, count in held.items() if count >= p.max_concurrent_migrations_per_node)
 

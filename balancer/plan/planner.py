@@ -45,12 +45,15 @@ throttled. The guard's `maxConcurrentMigrationsPerNode` refusal for the target n
 (`MaxConcurrentMigrations.target_only`: the pod's own node and its owner's limits allow the move, the target holds
 a migration still settling, one the same review accepted, or a replacement still landing past `migrationSettleS`)
 is folded in the same way, for the target and every node whose landing replacements alone hold it at that limit
-(`full_nodes`): the planner does not count migrations in flight, and would propose the next such node; a node full
-only with migrations settling frees within `migrationSettleS`, and is proposed again once it has. A node kept off as
-full is kept off only while the guard still counts it full (`full_targets`: the loop asks it before planning,
-`still_full`), so once the replacement that held it runs, the pod may go there again. Other
-failures, and the guard's other refusals, keep the workload from moving at all for `hotspots.refusedRetryS`
-(`refused_moves`).
+(`full_nodes`): the planner does not count migrations in flight, and would propose the next such node. Each of those
+nodes, the target too, is kept off only while the guard still counts it full (`full_targets`: the loop asks
+`SafetyGuard.full_nodes` before planning, `still_full`), `refusedTargetRetryS` at most: the pod may go there again
+from the first cycle the guard no longer counts it full, a target full only with migrations settling (or one the same
+review accepted) once they settle, within `migrationSettleS`, a node a landing replacement held once that replacement
+runs (or `cooldownS` after its move). A pair the actuator refused keeps its whole `refusedTargetRetryS` whatever the
+guard counts (its cause is one the guard does not count), and a guard refusal naming that node full meanwhile
+restarts it. Other failures, and the guard's other refusals, keep the workload from moving at all for
+`hotspots.refusedRetryS` (`refused_moves`).
 
 Refused scales. A service's scaling the actuator failed for good (FAILED: a Deployment another controller keeps, an
 HPA KEDA generates, RBAC; `refuse(..., scales=...)`) is remembered for `safety.cooldownS` (`refused_scales`): the
@@ -183,8 +186,9 @@ class PlannerState:
     # (workload, node) -> when the actuator refused moving the workload to that node for a reason about the target
     # the planner does not model (see "Refused targets" in the docstring): its moves go elsewhere for a while
     refused_targets: Mapping[tuple[str, str], float] = field(default_factory=lambda: _EMPTY)
-    # those of `refused_targets` the guard refused for their node full with replacements still landing
-    # (`MaxConcurrentMigrations.full_nodes`): kept off only while the guard counts that node full (`still_full`)
+    # those of `refused_targets` the guard kept off as full (`MaxConcurrentMigrations.target_only`: the refused target
+    # and its `full_nodes`): kept off only while the guard counts that node full (`still_full`); a pair not among them
+    # is the actuator's, kept off for the whole `refusedTargetRetryS`
     full_targets: frozenset[tuple[str, str]] = frozenset()
     # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
     refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
@@ -269,11 +273,13 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
     instead of being offered the same refused move every cycle. `targets`: migrations refused for their target alone,
     by the actuator (`ActionResult.refused`) or by the guard (`MaxConcurrentMigrations.target_only`: the loop passes
     one per node at `maxConcurrentMigrationsPerNode`, the target among them): for `hotspots.refusedTargetRetryS`
-    their workloads are not moved to those nodes, and may be moved elsewhere at once. `full`: those of `targets` kept
-    off a node the guard found full with replacements still landing (`MaxConcurrentMigrations.full_nodes`): kept off
-    only while it still counts that node full (`still_full`), `refusedTargetRetryS` at most; a pair already kept off
-    for another cause (the actuator's, which the guard does not count) is not. `scales`: `ScaleInference`s the
-    actuator failed for good: their services are not scaled for `safety.cooldownS` ("Refused scales")."""
+    their workloads are not moved to those nodes, and may be moved elsewhere at once. `full`: those of `targets` the
+    guard kept off as full (the loop passes every pair of its refusals here, `loop._guard_refusals`, so a pair left
+    unmarked is the actuator's): kept off only while it still counts that node full (`still_full`),
+    `refusedTargetRetryS` at most; a pair already kept off for the actuator's cause, which the guard does not count,
+    is not marked (its `refusedTargetRetryS` restarts), and one the actuator refuses loses its mark. `scales`:
+    `ScaleInference`s the actuator failed for good: their services are not scaled for `safety.cooldownS` ("Refused
+    scales")."""
     refused = {a.workload: now for a in actions if isinstance(a, Migrate)}
     at = {(a.workload, a.target_node): now for a in targets if isinstance(a, Migrate)}
     services = {a.service: now for a in scales if isinstance(a, ScaleInference)}

@@ -19,7 +19,7 @@ def never() -> frozenset[str]:
 
 def test_a_full_node_is_let_back_once_the_guard_no_longer_counts_it_full() -> None:
     state = refuse(PlannerState(), (), 1000.0, targets=[move("n1"), move("n2"), move("n3")],
-                   full=[move("n1"), move("n2")])   # n3: the refused target itself, full only with settling moves
+                   full=[move("n1"), move("n2")])   # n3: in targets alone, as the actuator refuses
     assert state.full_targets == {("inference/web-0", "n1"), ("inference/web-0", "n2")}
     assert still_full(state, lambda: {"n1", "n2"}) is state
     after = still_full(state, lambda: {"n2", "n9"})   # n1's replacement runs
