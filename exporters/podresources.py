@@ -50,7 +50,8 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   rest, so newer kubelets with more fields answer the same, and older ones without a field answer it empty).
 * `PodAttribution(client, grace_s)`: turns the answer into `WorkloadInfo`s for this node's GPUs. If the kubelet
   does not answer (restarting, socket not mounted, permission denied), the last answer is kept for `grace_s`
-  seconds counted from the first collection that failed (not from the kubelet's last answer), and then dropped, so
+  seconds counted from the first collection that failed (not from the kubelet's last answer), from when it began
+  to when a later one began (before their GPU reads, whose time varies: `Attributed.read`), and then dropped, so
   a lasting outage shows as no attribution rather than as frozen pods; it is dropped only by a collection after
   one that already failed, never by the first (with `grace_s` 0 too). Why: dropped in the scrape that first said
   `gputide_pod_resources_up` 0, Prometheus' remote write with several shards could deliver the pods' stale
@@ -320,8 +321,8 @@ class PodAttribution:
         self._answers = 0   # kubelet answers so far: an order no clock step can upset
         self._superseded = self._contested = 0
 
-    def _allocations(self) -> list[Allocation]:
-        now = self.clock()
+    def _allocations(self, now: float) -> list[Allocation]:
+        """The kubelet's answer, else the kept one (module docstring); `now`: when this collection began."""
         try:
             self._last = [a for a in self.client.list() if (a.resource in self.dra_drivers if a.claim
                                                             else is_gpu_resource(a.resource, self.resources))]
@@ -344,7 +345,7 @@ class PodAttribution:
                           "published without their pods", now - since, now - self._last_ok)
                 self._last = None
             return self._last or []
-        self._up, self._last_ok, self._failing_since = True, now, None
+        self._up, self._last_ok, self._failing_since = True, self.clock(), None
         return self._last
 
     def _settled(self, allocations: list[Allocation]) -> list[Allocation]:
@@ -368,13 +369,15 @@ class PodAttribution:
         return [a for a in allocations if _claim(a) not in dropped] if dropped else allocations
 
     def workloads(self, identity: Iterable[GpuIdentity], mig: MigLookup | None = None,
-                  files: Mapping[str, str] | None = None) -> tuple[WorkloadInfo, ...]:
+                  files: Mapping[str, str] | None = None, *, at: float | None = None) -> tuple[WorkloadInfo, ...]:
         """One `WorkloadInfo` per (GPU, GPU instance, pod) of the GPUs in `identity`, in the kubelet's order, each
-        once; `mig` resolves MIG devices, `files` names device files (`DeviceIndex`)."""
+        once; `mig` resolves MIG devices, `files` names device files (`DeviceIndex`). `at`: when the collection
+        began, on `clock` (`Attributed.read`: before its GPU reads, whose time varies), else now; `grace_s` is
+        counted between such times."""
         index = DeviceIndex(identity, mig, files)
         seen: dict[tuple[str, str, str, str], WorkloadInfo] = {}
         unmatched = 0
-        for a in self._settled(self._allocations()):
+        for a in self._settled(self._allocations(self.clock() if at is None else at)):
             p = index.place_dra(a.device_id) if a.claim else index.place(a.device_id, a.resource)
             if p is None:
                 if a.device_id in index.unplaced:
@@ -428,8 +431,12 @@ class Attributed:
         return getattr(self.backend, name)
 
     def read(self) -> GpuReadings:
+        # the collection's start, before the GPU reads (up to their deadline, seconds): read after them, the kubelet's
+        # grace_s was counted between times shifted by each collection's reads, and a scraper scraping every grace_s
+        # could go from up 1 with the pods to up 0 without them
+        began = self.attribution.clock()
         readings = self.backend.read()
         mig = getattr(self.backend, "mig_instance", None)   # the NVML backend's; a simulated fleet has no MIG
         files = getattr(self.backend, "device_files", None)   # the NVML backend's minor numbers
-        return replace(readings, workloads=readings.workloads + self.attribution.workloads(readings.identity, mig,
-                                                                                            files))
+        return replace(readings, workloads=readings.workloads + self.attribution.workloads(
+            readings.identity, mig, files, at=began))

@@ -1,0 +1,57 @@
+"""The clock a silent kubelet's `grace_s` is counted on: when each collection began, before its GPU reads
+(`Attributed.read`). Read after them, each collection's time was shifted by how long its GPU reads took (up to the
+per-GPU deadline, seconds), so a scraper scraping exactly every `grace_s` whose scrape read a slow GPU was more
+than `grace_s` past the first failed collection and went from up 1 with the pods to up 0 without them."""
+
+from __future__ import annotations
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.backends.base import GpuReadings
+from exporters.collector import GpuCollector
+from exporters.exposition import render
+from exporters.podresources import Attributed, PodAttribution
+from tests.exporters.test_podresources_up_before_drop import GPUS, Kubelet
+
+
+class Node:
+    """An exporter over a kubelet (`Kubelet`) whose GPU reads take `read_s` on the clock it reads, `now`."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.kubelet, self.now, self.read_s = Kubelet(), 1000.0, 0.1
+        att = PodAttribution(self.kubelet, grace_s=grace_s, clock=lambda: self.now)
+        self.registry = CollectorRegistry()
+        self.registry.register(GpuCollector(Attributed(self, att)))
+        self.registry.register(att)
+
+    @property
+    def identity(self) -> tuple:
+        return GPUS
+
+    def read(self) -> GpuReadings:
+        self.now += self.read_s
+        return GpuReadings(identity=GPUS, values={"DCGM_FI_DEV_GPU_TEMP": np.full(2, 50.0)})
+
+    def collection(self, at: float, read_s: float = 0.1) -> tuple[set[str], float]:
+        """(the pods, gputide_pod_resources_up) of a collection begun at `at` whose GPU reads take `read_s`."""
+        self.now, self.read_s = at, read_s
+        fams = {f.name: f for f in text_string_to_metric_families(render(self.registry).decode())}
+        return ({s.labels["pod"] for s in fams["gputide_gpu_workload_info"].samples},
+                fams["gputide_pod_resources_up"].samples[0].value)
+
+
+def test_a_slow_gpu_read_at_the_boundary_does_not_cost_a_scraper_its_up_0_with_the_pods():
+    """Scraper S every 60 s (grace_s); scraper A's collection, the first to fail, begins 0.2 s after S's last good
+    one; S's next, 60 s after its last, reads a GPU until its 3 s deadline: 59.8 s past the first failure as the
+    collections began, 62.7 s as the GPU reads ended."""
+    node = Node(grace_s=60)
+    assert node.collection(0.0) == ({"train-0"}, 1)   # S
+    node.kubelet.silent = True
+    for t in (0.2, 15.2, 30.2, 45.2):
+        assert node.collection(t) == ({"train-0"}, 0)   # A's; 0.2: the first failed collection
+    assert node.collection(60.0, read_s=3.0) == ({"train-0"}, 0)   # S's first up 0: the pods with it
+    assert node.collection(60.2) == ({"train-0"}, 0)   # A's: grace_s after the first failure, not past it
+    assert node.collection(75.2) == (set(), 0)   # A's: past it
+    assert node.collection(120.0, read_s=3.0) == (set(), 0)   # S's
