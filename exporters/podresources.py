@@ -63,7 +63,13 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   `grace_s` 0 with several scrapers: only the one whose scrape ran the first failed collection is sure to get it,
   another may go from up 1 with the pods to up 0 without them in one scrape. And a collection that outran
   `--collect-timeout` is served stale (the last complete one, `exporters.health`), so its up 0 may have reached
-  no scraper, and the pods still go `grace_s` after it began. It also collects its own health:
+  no scraper, and the pods still go `grace_s` after it began. An answer already older than 2 x `grace_s` when the
+  first failed collection began (no collection for that long: Prometheus away) goes at the next failed collection,
+  still never at the first. Kept `grace_s` more, an hour-old answer's pods, some long gone, were billed that much
+  longer (`gpu_pod:attribution:share` does not read up); and no scraper that scrapes at least every `grace_s` is
+  owed them: its last scrape before that collection carried one begun at most `grace_s` + `--serve-stale-for`
+  (30 s) before it, which the kubelet answered, so the kept answer is within 2 x `grace_s` where `grace_s` is 30 s
+  or more (`gputide exporter`'s is 60 s). It also collects its own health:
   `gputide_pod_resources_up`, `gputide_pod_resources_last_success_timestamp_seconds` and
   `gputide_pod_resources_unmatched_devices` (device IDs of a GPU or MIG resource, and DRA devices of a GPU driver,
   that match no GPU of this exporter: another node's, a MIG device NVML does not know, an ID format or device name
@@ -316,6 +322,7 @@ class PodAttribution:
         self._up = False
         self._unmatched = self._unresolved = 0
         self._failing_since: float | None = None
+        self._stale_kept = False   # the kept answer was over 2 x grace_s old when the first failed collection began
         # (namespace, pod, resource, device ID) -> the number of the kubelet answer it first appeared in
         self._first_seen: dict[tuple[str, str, str, str], int] = {}
         self._answers = 0   # kubelet answers so far: an order no clock step can upset
@@ -335,12 +342,16 @@ class PodAttribution:
             published_down = since is not None   # an earlier failed collection's scrape said up 0
             if since is None:
                 since = self._failing_since = now
-                log.warning("kubelet PodResources at %s not answering (%s); keeping the last answer for %.0f s",
-                            getattr(self.client, "socket", "?"), exc.code() if hasattr(exc, "code") else exc,
-                            self.grace_s)
+                # no collection for 2 x grace_s (Prometheus away): no scraper scraping every grace_s is owed the
+                # pods, and an old answer kept grace_s longer bills departed pods (module docstring)
+                self._stale_kept = now - self._last_ok > 2 * self.grace_s
+                log.warning("kubelet PodResources at %s not answering (%s); keeping the last answer (%.0f s old) "
+                            "for %s", getattr(self.client, "socket", "?"),
+                            exc.code() if hasattr(exc, "code") else exc, now - self._last_ok,
+                            "this collection only" if self._stale_kept else f"{self.grace_s:.0f} s")
             # grace counted from the first failed collection, not the last answer: a scraper's first scrape after
             # it is then within grace_s of it, and gets up 0 with the pods (module docstring)
-            if self._last is not None and published_down and now - since > self.grace_s:
+            if self._last is not None and published_down and (self._stale_kept or now - since > self.grace_s):
                 log.error("kubelet PodResources silent for %.0f s (%.0f s since it last answered): GPUs are "
                           "published without their pods", now - since, now - self._last_ok)
                 self._last = None

@@ -1,7 +1,9 @@
 """The clock a silent kubelet's `grace_s` is counted on: when each collection began, before its GPU reads
 (`Attributed.read`). Read after them, each collection's time was shifted by how long its GPU reads took (up to the
 per-GPU deadline, seconds), so a scraper scraping exactly every `grace_s` whose scrape read a slow GPU was more
-than `grace_s` past the first failed collection and went from up 1 with the pods to up 0 without them."""
+than `grace_s` past the first failed collection and went from up 1 with the pods to up 0 without them. And how old
+the kept answer may be: one over 2 x `grace_s` old when the first failed collection began (no collection for that
+long) goes at the next failed collection, not `grace_s` later."""
 
 from __future__ import annotations
 
@@ -55,3 +57,21 @@ def test_a_slow_gpu_read_at_the_boundary_does_not_cost_a_scraper_its_up_0_with_t
     assert node.collection(60.2) == ({"train-0"}, 0)   # A's: grace_s after the first failure, not past it
     assert node.collection(75.2) == (set(), 0)   # A's: past it
     assert node.collection(120.0, read_s=3.0) == (set(), 0)   # S's
+
+
+def test_an_answer_over_twice_grace_s_old_at_the_first_failure_goes_at_the_next_failed_collection():
+    """No collection for an hour (Prometheus away), then the kubelet silent: the first failed collection still says
+    up 0 with the kept pods, the next drops them rather than bill them (`gpu_pod:attribution:share`) for grace_s
+    more; an answer exactly 2 x grace_s old keeps its grace."""
+    away = Node(grace_s=60)
+    assert away.collection(0.0) == ({"train-0"}, 1)
+    away.kubelet.silent = True
+    assert away.collection(3600.0) == ({"train-0"}, 0)   # the first failed collection: never the one that drops
+    assert away.collection(3615.0) == (set(), 0)
+    assert away.collection(3630.0) == (set(), 0)
+    recent = Node(grace_s=60)
+    assert recent.collection(0.0, read_s=0.0) == ({"train-0"}, 1)   # answered at 0.0
+    recent.kubelet.silent = True
+    for t in (120.0, 150.0, 180.0):   # 120: 2 x grace_s after the answer, not more
+        assert recent.collection(t) == ({"train-0"}, 0)
+    assert recent.collection(195.0) == (set(), 0)
