@@ -166,9 +166,12 @@ def _down_query(selector: str) -> str:
     exporter's target (`cluster`, `job`, `instance`: its GPU temperature, `_ATTRIBUTED_BY`) to its GPUs; a Prometheus
     whose rules are older than this controller has the raw series only. The record alone lags: a global view (remote
     write) gets the raw series as they are scraped, the record at the next rule evaluation (up to 15 s on), so a
-    scrape that reads the kubelet down and drops the pods (an exporter scraped each 60 s or more, or restarted while
-    the kubelet is down) showed the pods gone while the record still said 0. The up series comes with that very
-    scrape (through remote write with several shards, within `batch_send_deadline` of it: `_workloads`): the shipped
+    scrape that reads the kubelet down and drops the pods showed the pods gone while the record still said 0. The
+    exporter keeps the pods 60 s from its first silent collection and drops them only after a collection that said
+    0, so a scraper's first scrape to read 0 drops them only where it scrapes less often than every 60 s, no
+    collection ran for 2 minutes before the kubelet fell silent, or the exporter restarted while the kubelet was
+    down (and the few other cases `exporters.podresources` names). The up series comes with the scrape that drops
+    the pods (through remote write with several shards, within `batch_send_deadline` of it: `_workloads`): the shipped
     PodMonitor sets `Hostname` on every series of the target, so it names the node there as well (a scrape without
     that label is read by the raw join, where it is local), with its `cluster`: host names are unique within a
     cluster only, and another cluster's exporters may send `gputide_*` series to this view before its GPU series are
@@ -530,8 +533,9 @@ class PrometheusTelemetrySource:
         did not answer (`_down_query`, the rows told apart by `__name__`), which refuse the reading where `checked`
         (`_check_attributed`; `cluster`: the GPUs' own, `_gpu_frame`). One query: Prometheus evaluates it at one
         instant over one view, so where that view is one Prometheus scraping the exporter itself, a scrape that
-        drops a node's pods as it reads the kubelet down (an exporter scraped each 60 s or more) is seen whole or
-        not at all. Not so through remote write with several shards: the staleness markers of the dropped
+        drops a node's pods as it reads the kubelet down (a Prometheus scraping the exporter less often than every
+        60 s, the exporter's grace from its first silent collection: `_down_query`) is seen whole or not at all.
+        Not so through remote write with several shards: the staleness markers of the dropped
         `gputide_gpu_workload_info` series and the `gputide_pod_resources_up` 0 sample of that scrape may travel in
         different shards and land up to `batch_send_deadline` (5 s by default) apart, so a query between them can
         read the pods gone and the kubelet still up; the next snapshot reads it down. The check asked apart, before
