@@ -84,9 +84,10 @@ class _Entry:
 
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # snapshot -> its _Entry
-# the basis (`_basis`) of the snapshot last counted afresh, and its entry: strong references (tuples take no weak
-# one), replaced at the next count afresh, so they keep at most one snapshot's workloads and mappings alive
-_last: list[tuple[tuple, _Entry]] = []
+# the basis (`_basis`) of the snapshot last counted afresh, and its entry, as one pair: strong references (tuples
+# take no weak one), replaced whole at the next count afresh, so they keep at most one snapshot's workloads and
+# mappings alive; read once (`_entry`), so a basis is never matched with another snapshot's entry
+_last: list[tuple[tuple, _Entry] | None] = [None]
 
 
 def _basis(snapshot: ClusterSnapshot) -> tuple:
@@ -108,15 +109,17 @@ def _entry(snapshot: ClusterSnapshot) -> _Entry:
     """The counts of `snapshot`, once per snapshot, and shared with the snapshot last counted when it reads the same
     (`_same`): the planner and the guard of one cycle both ask, the planner on the capacity loop's derived snapshot
     (`capacity_loop.with_unseen`: a new object, `demand_unknown` changed), the guard on the loop's own; each counted
-    afresh, a cycle counted 20k spec-counted services' workloads twice (about 10 ms each)."""
+    afresh, a cycle counted 20k spec-counted services' workloads twice (about 10 ms each). `_last` is read once: read
+    again for the entry after its basis matched, a thread counting another snapshot afresh meanwhile gave this one
+    that snapshot's counts."""
     e = _cache.get(snapshot)
     if e is None:
-        basis = _basis(snapshot)
-        if _last and _same(basis, _last[0][0]):
-            e = _last[0][1]
+        basis, last = _basis(snapshot), _last[0]
+        if last is not None and _same(basis, last[0]):
+            e = last[1]
         else:
             e = _Entry(_Counts(snapshot))
-            _last[:] = [(basis, e)]
+            _last[0] = (basis, e)
         _cache[snapshot] = e
     return e
 
