@@ -189,12 +189,15 @@ class Evictions:
     `evicted` also holds the victims whose eviction this replica asked earlier in the preemption (this term) and that
     may have landed unseen (`Doubt.uid`: every try unanswered, a timeout or a connection reset; or a retry
     answered 404 or 409 after such a try, what a landed try leaves), found now terminating (the pod it asked to
-    evict, by uid) or gone: their eviction landed, so they are counted and said evicted, with their Event
-    `Preempted`. They were not: left to evict, they were found terminating (`terminating`) or gone (dropped unsaid)
-    by the next pass, so the preemption counted fewer pods than it evicted. Those found gone are in `went` too
-    (nothing to wait for). One found finished on its own (Succeeded, Failed), or made again under its name (another
-    uid), was not evicted by that eviction: it is forgotten, uncounted; one found still running stays in doubt until
-    an eviction of it is sent again (that eviction may still be in flight: `Preemptor._evict_one`)."""
+    evict, by uid) and not found deleted by another, or gone: their eviction landed, so they are counted and said
+    evicted, with their Event `Preempted`. They were not: left to evict, they were found terminating (`terminating`)
+    or gone (dropped unsaid) by the next pass, so the preemption counted fewer pods than it evicted. Those found gone
+    are in `went` too (nothing to wait for). One found finished on its own (Succeeded, Failed), or made again under
+    its name (another uid), was not evicted by that eviction: it is forgotten, uncounted; so is one found terminating
+    that `Preemptor._landed` finds deleted by another (its `DisruptionTarget` another disruption's, or none where
+    this cluster is known to mark evictions; the module docstring), said at info and, read among the victims to
+    evict, waited for as one terminating already (`terminating`). One found still running stays in doubt until an
+    eviction of it is sent again (that eviction may still be in flight: `Preemptor._evict_one`)."""
 
     evicted: list[str] = field(default_factory=list)
     terminating: list[str] = field(default_factory=list)
@@ -538,14 +541,21 @@ class Preemptor:
 
     def release(self, node: str, key: str) -> None:
         """`key` was bound (or gave up) on `node`: its reservation no longer holds anything, and its preemption there
-        ended. Its victims whose eviction got no answer (`Doubt.uid`) are read first (`_went`): one found gone or
-        terminating is counted as evicted (`on_landed`, its Event `Preempted` posted), as a later pass finding it so
-        counts it; then they are forgotten. Forgotten unread, a victim gone before any pass read it (the pod then
+        ended. Its victims whose eviction got no answer (`Doubt.uid`) are read first (`_went`): one found gone, or
+        terminating and not found deleted by another (`_landed`: its `DisruptionTarget` another disruption's, or none
+        where this cluster is known to mark evictions; module docstring), is counted as evicted (`on_landed`, its
+        Event `Preempted` posted), as a later pass finding it so counts it; one found deleted by another is not (said
+        at info); then they are forgotten. Forgotten unread, a victim gone before any pass read it (the pod then
         fitting, bound on the node and released) was never counted. A read that fails is logged, the doubt dropped.
-        Once `halted()` (stopping, or the Lease lost: during a binding's POST, say) none is read, the doubt dropped
-        unread: a replica no longer leading reads nothing and posts no Event (an eviction that landed then goes
-        uncounted, as it does where the next term forgets it: `forget`). Asked here, it covers every caller (the
-        binding's `k8s_bind`, `k8s_holds.release_elsewhere`, which never asked it, and the rest)."""
+        `halted()` (stopping, or the Lease lost: during a binding's POST, say) is asked before each read: once it
+        holds, no further victim is read, its doubt dropped unread (an eviction that landed then goes uncounted, as
+        it does where the next term forgets it: `forget`). A read already under way when the Lease is lost is not
+        cut short (only its retries stop: `_read`'s `halt`): answered, a victim it finds landed is still counted and
+        its Event `Preempted` posted, by a replica no longer leading. That eviction was this replica's, asked in the
+        term just ended, and no later leader counts it (its doubt, dropped here, was this replica's alone; a new term
+        forgets any: `forget`), so it is counted once; skipped, an eviction that landed would go uncounted. Asked
+        here, it covers every caller (the binding's `k8s_bind`, `k8s_holds.release_elsewhere`, which never asked it,
+        and the rest)."""
         self._held.get(node, {}).pop(key, None)
         for victim in self._doubts.doubted(key, node):
             if self.halted():   # asked before each read: the Lease may be lost in the one before
@@ -712,9 +722,10 @@ class Preemptor:
         (`k8s_stuck`; None: not asked), the only ones it is then renewed for. The node stays held until the pod is
         bound, no longer waits, or the reservation expires (then the pod plans afresh). A victim left whose eviction
         this replica asked and got no answer to (`Doubt.uid`) and that is no longer among `running` was evicted by it
-        (`Evictions.went`) where a read finds it gone or terminating (`_went`), not where it finished on its own;
-        one it never asked to evict (another leader's term, an owner deleting it) is not. One it cannot read now
-        stays left (`Evictions.left`, the read's error `Evictions.error`), its doubt asked again at the next pass.
+        (`Evictions.went`) where a read finds it gone or terminating (`_went`), not where it finished on its own or
+        its `DisruptionTarget` says another deleted it (`_landed`); one it never asked to evict (another leader's
+        term, an owner deleting it) is not. One it cannot read now stays left (`Evictions.left`, the read's error
+        `Evictions.error`), its doubt asked again at the next pass.
 
         A victim whose evictions got no answer `UNANSWERED_ASKS` times in all, found still running after each (so
         none landed), is not asked again (`EvictionUnanswered`); with nothing else leaving the node (no victim
@@ -788,10 +799,11 @@ class Preemptor:
         (`Evictions.ends`); one terminating already is not evicted again (an earlier term's eviction, the Lease lost
         before it was written down, or its owner deleting it), its grace ending when it says: the pod waits for it
         all the same, but it is no eviction made (`Evictions.terminating`), unless this replica asked its eviction
-        and got no answer (`_landed`): then it is one, as is one found gone then. Such a victim is read even while
-        an emergency stop holds (reading evicts nothing; it is evicted again only once the stop is lifted): left
-        unread, the hold ran out under the stop (nothing known leaving, it is not renewed), its doubt (`Doubt.uid`) was
-        forgotten with it, and the eviction, landed and its budget's disruption spent, was never counted. A victim
+        and got no answer, and it is not found deleted by another (`_landed`): then it is one, as is one found gone
+        then. Such a victim is read even while an emergency stop holds (reading evicts nothing; it is evicted again
+        only once the stop is lifted): left unread, the hold ran out under the stop (nothing known leaving, it is not
+        renewed), its doubt (`Doubt.uid`) was forgotten with it, and the eviction, landed and its budget's disruption
+        spent, was never counted. A victim
         is `Evictions.unanswered` only where its eviction was asked now and got no answer (`_count` counted it);
         one whose earlier eviction got no answer and that cannot be read now is `Evictions.unread` (its doubt kept,
         the next pass reads it first), its error saying so (`unread_error`)."""
@@ -956,7 +968,7 @@ class Preemptor:
         """Whether `victim`, left to evict for `key` on `node` and no longer among the pass's pods running there (bound,
         not finished), left through this replica's eviction that got no answer (`Doubt.uid`), as a read of it now says
         (`_landed`): no pod of its name is on `node` any more (404), or that pod is being deleted (`deletionTimestamp`),
-not marked as deleted by another (`_not_evicted`).
+        not marked as deleted by another (`_not_evicted`).
         One found finished on its own (Succeeded, Failed: the pass's bound pods leave such pods out) was not evicted:
         that eviction did not land, and it is forgotten uncounted, as one found still running `IN_FLIGHT_S` after the
         eviction is (within it, that eviction may still land: the doubt is kept). A read that fails raises
