@@ -61,7 +61,9 @@ class HotspotPolicy:
                                               "spread, a hold on the node, its rules there), or the safety guard "
                                               "found it at maxConcurrentMigrationsPerNode (then every node that "
                                               "replacements still landing hold at that limit too), move that "
-                                              "workload elsewhere but not there for this long",
+                                              "workload elsewhere but not there for this long at most; nodes the "
+                                              "guard found full, with replacements still landing or migrations "
+                                              "settling, only until it no longer counts them full",
                                        0, 86400)
     target_headroom_c: float = _f(15.0, "a migration target must be at least this far below slowdown", 0, 60)
     taint_hot_nodes: bool = _f(True, "taint a node with a hot GPU so new work lands elsewhere")
