@@ -262,8 +262,8 @@ def may_move(s: ClusterSnapshot, w, policy: BalancerPolicy, per_owner: Mapping[s
     The migrations in flight per node (`maxConcurrentMigrationsPerNode`) are the guard's alone too: the planner
     learns them only from a refusal for the target node alone (`MaxConcurrentMigrations.target_only`), which keeps the
     pod off that node and off every node whose landing replacements alone hold it at the limit (`full_nodes`) for
-    `refusedTargetRetryS`, those full nodes only while the guard still counts them full (`planner.still_full`): the
-    next cycle proposes another target or, with none, throttles. Refused for its own node
+    `refusedTargetRetryS` at most, each only while the guard still counts it full, the refused target included
+    (`planner.still_full`): the next cycle proposes another target or, with none, throttles. Refused for its own node
     (or by its owner's limits), it is not moved for `refusedRetryS`."""
     owner = w.owner or w.name
     return (_movable(w, policy)
