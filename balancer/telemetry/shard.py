@@ -17,8 +17,9 @@ Fail-static is per shard: the inner source's checks (stale, vanished, NaN or imp
 a reading for the shard's own nodes only (`ShardedSource.owns`, handed to a `base.ScopedSource`), so a dark exporter on
 one shard's node holds that shard still and no other. A node missing from the reading altogether stays with the shard
 that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard, until the node list labels it out of
-the shard or no longer has it (`ShardedSource.listed_out`). Those are of the current term as leader: a replica that
-takes the lead again knows none from before (`ShardedSource.new_term`). Before each reading, the GPU nodes the node list
+the shard or has lacked it for `forget_vanished_after_s` (`ShardedSource.listed_out`: a node deleted and registered
+again under its name is held for meanwhile). Those are of the current term as leader: a replica that takes the lead
+again knows none from before (`ShardedSource.new_term`). Before each reading, the GPU nodes the node list
 labels for the shard are its own too (`ShardedSource.listed`), mid-term as at its start: a dark node labelled for the
 shard, or relabelled into it while dark, holds it still (else, dropped by its old shard and shown by no reading, it was
 no shard's and its power caps lapsed), and with Prometheus down the shard's GPU nodes are still its own in the gauges
@@ -45,6 +46,7 @@ source may also be pointed at that shard's Prometheus (see docs/readme/scale-out
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -66,6 +68,10 @@ from balancer.telemetry.base import ScopedSource, TelemetrySource
 from balancer.telemetry.vanished import gpu_node
 
 log = logging.getLogger("balancer.telemetry.shard")
+
+# how long a node of the shard may be missing from the node list before it leaves the shard, where the inner source
+# has no `opts.forget_vanished_after_s` of its own (`ShardedSource.listed_out`): that option's default
+UNLISTED_AFTER_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -188,9 +194,9 @@ class ShardedSource:
         self.index = np.zeros(0, dtype=np.int64)
         # the nodes this shard owns: those of the last snapshot, or shown ours by a reading refused for our own nodes'
         # telemetry (`snapshot`), and those a snapshot of this shard held that no reading shows since (its forgotten
-        # GPUs' nodes among them) until the node list labels them out or lacks them (`listed_out`), and the node list's
-        # (`listed`, added before each reading); `shard_nodes` reports them, and the power caps renewed are theirs,
-        # during a hold too. Of this term as leader only (`new_term`)
+        # GPUs' nodes among them) until the node list labels them out or lacks them long enough (`listed_out`), and the
+        # node list's (`listed`, added before each reading); `shard_nodes` reports them, and the power caps renewed are
+        # theirs, during a hold too. Of this term as leader only (`new_term`)
         self.nodes: set[str] = set()
         self.held: frozenset[str] = frozenset()   # the nodes of the last snapshot: those this shard may act on
         self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
@@ -198,11 +204,12 @@ class ShardedSource:
         # (GPU model, pool, site) of every node a reading showed, as it showed them, across terms: what `listed` judges
         # a node the fleet file does not list by. Not of a term: a node's model, pool and site are not relabelled, and a
         # new term's dark node needs them as much. Kept only where the inner source has a node list (`_remember`:
-        # without one `listed` never reads them), and only for the nodes of the node list's last answer and of the
-        # latest reading (`_node_list`, before each reading), so bounded by the fleet's nodes, while the node list
-        # fails too (three strings each)
+        # without one `listed` never reads them), and only for the nodes of the node list's last answer, of the latest
+        # reading and of the shard (`nodes`; `_node_list`, before each reading), so bounded by the fleet's nodes, while
+        # the node list fails too (three strings each)
         self._seen: dict[str, tuple[str, str, str]] = {}
-        self._answered: Mapping[str, object] = {}   # the node list's last answer (`_node_list`)
+        self._answered: Mapping[str, object] = {}   # the node list's last answer with nodes (`_node_list`)
+        self._unlisted: dict[str, float] = {}   # nodes among `nodes` the node list's answers lack -> since when
 
     def new_term(self) -> None:
         """This replica has just taken its shard's lead (`balancer.loop.Reconciler._take_office`): it starts with no
@@ -226,23 +233,23 @@ class ShardedSource:
         selector on model or pool needs a dark node's model, which only a reading tells, and they are not relabelled.
         Which node is the shard's is still the node list's labels to decide (`listed`), as for a new process."""
         self.last_full, self.index, self.held = None, np.zeros(0, dtype=np.int64), frozenset()
-        self.nodes, self._read = set(), False
+        self.nodes, self._read, self._unlisted = set(), False, {}
 
     def listed(self) -> frozenset[str]:
         """The GPU nodes this shard's selector matches as the inner source's node list has them, no telemetry read: the
         Kubernetes API's nodes (`node_overrides`) that the exporter runs on (`vanished.gpu_node`) or that the fleet file
         lists with GPUs, with their API labels and, where the fleet file lists them, its pool, site and model, else
         those a reading of this process showed (`_seen`): a dark node relabelled into this shard, dropped by its old
-        shard (`listed_out` judges labels only), would otherwise fail a selector on model or pool here and be no
-        shard's, its power caps lapsing. The labels are always the node list's, so a remembered model never claims a
-        node labelled for another shard. A node re-imaged with another GPU model while dark is judged by the model a
-        reading last showed until a reading shows the new one: the safe side, fail-static, as the shard that held it
-        goes on holding still for it and renewing its power caps (forgetting the model would leave it to no shard,
-        its caps lapsing), and the shard whose selector names the new model takes it at the reading that shows it.
-        A node neither lists nor any reading showed has no model, so a selector on
-        model or pool leaves it to a reading; without `node_overrides`, the fleet file's GPU nodes. None while the
-        API's nodes are not listed yet, or where the inner source keeps no node list (the simulator's): which node is
-        the shard's is then the reading's alone to tell."""
+        shard (`listed_out` judges the node list's labels and names, never a model or pool), would otherwise fail a
+        selector on model or pool here and be no shard's, its power caps lapsing. The labels are always the node
+        list's, so a remembered model never claims a node labelled for another shard. A node re-imaged with another
+        GPU model while dark is judged by the model a reading last showed until a reading shows the new one: the safe
+        side, fail-static, as the shard that held it goes on holding still for it and renewing its power caps
+        (forgetting the model would leave it to no shard, its caps lapsing), and the shard whose selector names the
+        new model takes it at the reading that shows it. A node neither lists nor any reading showed has no model, so
+        a selector on model or pool leaves it to a reading; without `node_overrides`, the fleet file's GPU nodes. None
+        while the API's nodes are not listed yet, or where the inner source keeps no node list (the simulator's): which
+        node is the shard's is then the reading's alone to tell."""
         fleet = getattr(self.inner, "fleet", None)
         spec = {n.name: n for n in fleet.nodes if n.gpu_count} if fleet is not None else {}
         api = getattr(self.inner, "node_overrides", None)
@@ -256,20 +263,24 @@ class ShardedSource:
 
     def _node_list(self, api) -> Mapping[str, object] | None:
         """The node list's answer (`api()`: None while not listed yet; its error is raised on), with `_seen` kept to
-        the nodes of that answer: one it lacks is deleted from the cluster, nothing left to judge. Where it does not
-        answer, to those of the last answer (none before any): a node a reading showed since then and gone from the
-        latest reading is forgotten, as it is where the node list answers with its nodes of before (the Kubernetes
-        API's watch while the API fails). Pruned only by an answer, a node list that never answers, under readings
-        that go on (a source whose reading needs no node list; the Prometheus source refuses its reading then), kept
-        every node ever read. A node the last answer had, dark since and relabelled into this shard while the node
-        list fails, is still judged by the model a reading showed once the node list answers again."""
+        the nodes of that answer and the shard's (`nodes`): one the answer lacks is deleted from the cluster, nothing
+        left to judge, unless the shard still holds it (`listed_out`: a node deleted and registered again under its
+        name, a watch's DELETED then ADDED, is missing from an answer or two; forgetting its model, a selector on
+        model or pool would no longer claim it once listed again, and it would be no shard's, its power caps
+        lapsing). Where it does not answer, or answers with no node (unknown, as for `listed_out`), to those of the
+        last answer with nodes (none before any): a node a reading showed since then and gone from the latest
+        reading and the shard is forgotten, as it is where the node list answers with its nodes of before (the
+        Kubernetes API's watch while the API fails). Pruned only by an answer, a node list that never answers, under
+        readings that go on (a source whose reading needs no node list; the Prometheus source refuses its reading
+        then), kept every node ever read. A node the last answer had, dark since and relabelled into this shard while
+        the node list fails, is still judged by the model a reading showed once the node list answers again."""
         meta = None
         try:
             meta = api()
         finally:
-            if meta is not None:
+            if meta:
                 self._answered = meta
-            for gone in self._seen.keys() - self._answered.keys():
+            for gone in self._seen.keys() - self._answered.keys() - self.nodes:
                 del self._seen[gone]
         return meta
 
@@ -306,17 +317,19 @@ class ShardedSource:
         to lapse on GPUs nobody sees) where the term before held still for it. A node list that fails leaves none
         known (`_listed_or_none`): the reading's own error, or its outcome, is what the loop sees. Once a reading of
         the term has shown the scope, the node list counts both ways before each reading: a node it labels out of the
-        shard, or no longer has (deleted from the cluster), is dropped (`listed_out`) and one it labels for the shard
-        added (`listed`), so a dark node relabelled from one shard into another mid-term moves with its label, to be
-        held still for by its new shard; a node the reading shows is then the reading's to judge, and an unknown node
-        list adds and drops none."""
+        shard, or has lacked for `forget_vanished_after_s` (deleted from the cluster), is dropped (`listed_out`) and
+        one it labels for the shard added (`listed`), so a dark node relabelled from one shard into another mid-term
+        moves with its label, to be held still for by its new shard; a node the reading shows is then the reading's to
+        judge, and an unknown node list adds and drops none."""
         self._shown = {}
         if not self._read:
             self.nodes = set(self._listed_or_none())
         else:
             # the node list both ways: one relabelled into the shard while dark is no other shard's (its old one
-            # dropped it) and no reading shows it here; a node shown in another shard is taken out again below
-            self.nodes = (self.nodes - self.listed_out()) | self._listed_or_none()
+            # dropped it) and no reading shows it here; a node shown in another shard is taken out again below. Dropped
+            # first, so that `listed` (`_node_list`) forgets a node dropped for good at this reading, not the next
+            self.nodes = self.nodes - self.listed_out()
+            self.nodes |= self._listed_or_none()
         try:
             full = self.inner.snapshot_for(self.owns) if isinstance(self.inner, ScopedSource) else self.inner.snapshot()
         except Exception:
@@ -344,17 +357,26 @@ class ShardedSource:
 
     def listed_out(self) -> frozenset[str]:
         """The nodes among `nodes` that the inner source's node list (`node_overrides`) labels out of the shard now (a
-        label of the selector gone or another value) or no longer has (deleted from the cluster), asked before each
-        reading once one of the term showed the scope. A node the reading shows is judged by the reading; one it lacks
-        (its exporter dark) stayed the shard's for the whole term, however it was relabelled: the shard held still for
-        it until it came back, reported it as its own and renewed its power caps, all of which are the shard's it is
-        labelled for now (its `listed`, which that shard's `snapshot` adds before each of its readings, mid-term too).
-        Only labels are judged (pool, site and model are the fleet file's or telemetry's, not relabelled). A node
-        deleted from the cluster stayed for the rest of the term before, reported as the shard's
-        (gputide_shard_node_info) for nothing: nothing else needs it, as its GPUs are forgotten at once, not held for
-        (`vanished.Absences`), and no power cap or hot taint is kept on a node the Kubernetes API does not list. Shown
-        by a reading (an exporter still reporting), the reading adds it back. No node while the node list is unknown
-        (not listed yet, failing, none kept, or empty): the nodes held stay, fail-static."""
+        label of the selector gone or another value), or has lacked for `forget_vanished_after_s` (deleted from the
+        cluster; `_unlisted_after_s`), asked before each reading once one of the term showed the scope. A node the
+        reading shows is judged by the reading; one it lacks (its exporter dark) stayed the shard's for the whole term,
+        however it was relabelled: the shard held still for it until it came back, reported it as its own and renewed
+        its power caps, all of which are the shard's it is labelled for now (its `listed`, which that shard's
+        `snapshot` adds before each of its readings, mid-term too). The node list's labels and names are judged, never
+        pool, site or model (the fleet file's or telemetry's, not relabelled).
+
+        A node the node list stops listing stays for `forget_vanished_after_s` after the first answer that lacks it, on
+        the inner source's clock, however often it is asked (a cycle that plans reads twice): a node deleted and
+        registered again under its name (a watch's DELETED then ADDED) is missing from an answer or two. Dropped at
+        once, a dark one was no shard's when listed again under a selector on model or pool (its model forgotten with
+        it: `_node_list`), the shard reading ok without it and its power caps no longer renewed. Kept meanwhile, it
+        holds nothing: its GPUs are forgotten at once (`vanished.Absences`: no longer a Kubernetes node), and no power
+        cap or hot taint is kept on a node the Kubernetes API does not list; it is reported as the shard's
+        (gputide_shard_node_info) for that long, as for the whole term before. The bound is the time the unsharded
+        controller holds still for a dark GPU: missing that long, the node is gone. Shown by a reading (an exporter
+        still reporting), the reading adds it back. No node while the node list is unknown (not listed yet, failing,
+        none kept, or empty): the nodes held stay, and a node's time missing goes on from the answer that first
+        lacked it, fail-static."""
         api = getattr(self.inner, "node_overrides", None)
         try:
             meta = api() if callable(api) else None
@@ -363,7 +385,20 @@ class ShardedSource:
             return frozenset()
         if not meta:
             return frozenset()
-        return frozenset(n for n in self.nodes if n not in meta or not self.selector.labelled(meta[n].labels))
+        now, bound = self._now(), self._unlisted_after_s()
+        self._unlisted = {n: self._unlisted.get(n, now) for n in self.nodes if n not in meta}
+        gone = {n for n, since in self._unlisted.items() if now - since >= bound}
+        return frozenset(gone | {n for n in self.nodes if n in meta and not self.selector.labelled(meta[n].labels)})
+
+    def _now(self) -> float:
+        """The inner source's clock (the one its vanished-GPU timer runs on), else the wall clock."""
+        clock = getattr(self.inner, "clock", None)
+        return float(clock()) if callable(clock) else time.time()
+
+    def _unlisted_after_s(self) -> float:
+        """How long a node of the shard may be missing from the node list (`listed_out`): the inner source's
+        `forget_vanished_after_s`, else `UNLISTED_AFTER_S`."""
+        return float(getattr(getattr(self.inner, "opts", None), "forget_vanished_after_s", UNLISTED_AFTER_S))
 
     def _listed_or_none(self) -> frozenset[str]:
         """`listed`, or none where the node list itself fails: the reading's refusal is what the loop reports."""

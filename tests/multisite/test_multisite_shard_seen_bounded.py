@@ -1,7 +1,9 @@
 """What a shard remembers of the nodes its readings showed (`ShardedSource._seen`, kept across terms for `listed`) is
-bounded: a node deleted from the cluster is forgotten once the node list answers without it, and a source with no node
-list (where `listed` never reads it, and nothing would prune it) remembers none. Before, every node ever read was kept
-as a whole `Node` (labels, taints, power caps) for the life of the process, pruned only by a node list that answers."""
+bounded: a node deleted from the cluster is forgotten once it has left its shard, the node list having lacked it for
+`forget_vanished_after_s` (`ShardedSource.listed_out`: until then it may be a node registered again under its name, its
+model needed), and a source with no node list (where `listed` never reads it, and nothing would prune it) remembers
+none. Before, every node ever read was kept as a whole `Node` (labels, taints, power caps) for the life of the process,
+pruned only by a node list that answers."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from balancer.telemetry.shard import ShardedSource, parse_selector
 from tests.multisite.test_multisite_shard_fail_static import NOW
 from tests.multisite.test_multisite_shard_nodes_new_term import LEASE_S, Clock, Cluster, replica
 
+FORGET_S = PrometheusOptions(url="http://prom.invalid").forget_vanished_after_s
 
-def test_a_node_deleted_from_the_cluster_is_forgotten_once_the_node_list_answers_without_it():
+
+def test_a_node_deleted_from_the_cluster_is_forgotten_once_it_has_left_its_shard():
     fleet = Cluster()
     leader = replica(fleet, InMemoryLease(duration_s=LEASE_S), "1", Clock())
     assert leader.run_once().status == "ok"
@@ -25,7 +29,10 @@ def test_a_node_deleted_from_the_cluster_is_forgotten_once_the_node_list_answers
     del fleet.hosts["node-c"]      # deleted from the cluster while the node list is not known: kept meanwhile
     leader.run_once()
     assert set(leader.source._seen) == {"node-a", "node-b", "node-c"}
-    fleet.listed = True            # the node list answers without it
+    fleet.listed = True            # the node list answers without it: still shard a's, its model kept
+    assert leader.run_once().status == "ok"
+    assert set(leader.source._seen) == {"node-a", "node-b", "node-c"}
+    leader.source.inner.clock = lambda: NOW + FORGET_S   # lacked that long: it leaves the shard, and is forgotten
     assert leader.run_once().status == "ok"
     assert set(leader.source._seen) == {"node-a", "node-b"}
 
