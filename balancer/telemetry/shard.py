@@ -204,11 +204,13 @@ class ShardedSource:
         # (GPU model, pool, site) of every node a reading showed, as it showed them, across terms: what `listed` judges
         # a node the fleet file does not list by. Not of a term: a node's model, pool and site are not relabelled, and a
         # new term's dark node needs them as much. Kept only where the inner source has a node list (`_remember`:
-        # without one `listed` never reads them), and only for the nodes of the node list's last answer, of the latest
-        # reading and of the shard (`nodes`; `_node_list`, before each reading), so bounded by the fleet's nodes, while
+        # without one `listed` never reads them), and only for the nodes of the node list's last answer, of the shard
+        # (`nodes`) and those the last answer has lacked for less than `forget_vanished_after_s` (`_absent`;
+        # `_node_list`, before each reading), so bounded by the fleet's nodes and the nodes read in that long, while
         # the node list fails too (three strings each)
         self._seen: dict[str, tuple[str, str, str]] = {}
         self._answered: Mapping[str, object] = {}   # the node list's last answer with nodes (`_node_list`)
+        self._absent: dict[str, float] = {}   # nodes of `_seen` the last answer lacks -> since when (`_node_list`)
         self._unlisted: dict[str, float] = {}   # nodes among `nodes` the node list's answers lack -> since when
 
     def new_term(self) -> None:
@@ -262,27 +264,36 @@ class ShardedSource:
         return frozenset(name for name, n in spec.items() if self.selector.matches(n))
 
     def _node_list(self, api) -> Mapping[str, object] | None:
-        """The node list's answer (`api()`: None while not listed yet; its error is raised on), with `_seen` kept to
-        the nodes of that answer and the shard's (`nodes`): one the answer lacks is deleted from the cluster, nothing
-        left to judge, unless the shard still holds it (`listed_out`: a node deleted and registered again under its
-        name, a watch's DELETED then ADDED, is missing from an answer or two; forgetting its model, a selector on
-        model or pool would no longer claim it once listed again, and it would be no shard's, its power caps
-        lapsing). Where it does not answer, or answers with no node (unknown, as for `listed_out`), to those of the
-        last answer with nodes (none before any): a node a reading showed since then and gone from the latest
-        reading and the shard is forgotten, as it is where the node list answers with its nodes of before (the
-        Kubernetes API's watch while the API fails). Pruned only by an answer, a node list that never answers, under
-        readings that go on (a source whose reading needs no node list; the Prometheus source refuses its reading
-        then), kept every node ever read. A node the last answer had, dark since and relabelled into this shard while
-        the node list fails, is still judged by the model a reading showed once the node list answers again."""
+        """The node list's answer (`api()`: None while not listed yet; its error is raised on), with `_seen` pruned
+        (`_forget_absent`) by the last answer with nodes: this one, or where it does not answer or answers with no node
+        (unknown, as for `listed_out`), the one before (none before any)."""
         meta = None
         try:
             meta = api()
         finally:
             if meta:
                 self._answered = meta
-            for gone in self._seen.keys() - self._answered.keys() - self.nodes:
-                del self._seen[gone]
+            self._forget_absent()
         return meta
+
+    def _forget_absent(self) -> None:
+        """Forget the model of a node the node list's last answer with nodes (`_answered`) has lacked for
+        `forget_vanished_after_s` (`_unlisted_after_s`, on `listed_out`'s clock: `_now`) unless the shard still holds
+        it (`nodes`), its time missing with it; one listed again is missing no more. Bounded by time, not by this
+        replica's own nodes: a node deleted and registered again under its name (a watch's DELETED then ADDED) is
+        missing from an answer or two, and its model is needed once listed again by a replica that does not hold it:
+        another shard's, to which it is relabelled while dark, or this one after a new term (`new_term`) emptied
+        `nodes` during the blip. Forgotten at the first answer that lacked it there, the dark node no longer matched a
+        selector on model or pool and was no shard's, its power caps lapsing. Bounded still where the node list never
+        answers again, under readings that go on (a source whose reading needs no node list; the Prometheus source
+        refuses its reading then): a node a reading showed that the last answer lacks is forgotten that long after
+        the first pruning that found it missing, unless the shard holds it. A node the last answer had, dark since and
+        relabelled into this shard while the node list fails, is still judged by the model a reading showed once the
+        node list answers again."""
+        now, bound = self._now(), self._unlisted_after_s()
+        self._absent = {n: self._absent.get(n, now) for n in self._seen.keys() - self._answered.keys()}
+        for gone in [n for n, since in self._absent.items() if now - since >= bound and n not in self.nodes]:
+            del self._seen[gone], self._absent[gone]
 
     def _remembered(self, name: str) -> Node:
         """Node `name` with the GPU model, pool and site a reading last showed (`_seen`; none known: no model)."""

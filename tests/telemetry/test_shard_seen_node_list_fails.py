@@ -1,7 +1,8 @@
 """What a shard remembers of the nodes its readings showed (`ShardedSource._seen`: their GPU model, pool and site, for
 `listed`) stays bounded while the inner source's node list fails and its readings go on: the nodes of the node list's
-last answer and of the latest reading (and the shard's own), no more; an answer with no node is no answer. Before, it
-was pruned only when the node list answered, so a node list that never answered (or stopped answering) kept every node
+last answer (and the shard's own), and those a reading showed that the last answer has lacked for less than
+`forget_vanished_after_s` (`UNLISTED_AFTER_S` here), no more; an answer with no node is no answer. Before, it was
+pruned only when the node list answered, so a node list that never answered (or stopped answering) kept every node
 ever read, each one of an autoscaler's replacements.
 
 Kept still is what `listed` needs once the node list answers again: a node it had, dark since, relabelled into the
@@ -14,24 +15,30 @@ from types import MappingProxyType
 from balancer import fleet
 from balancer.inventory import NodeMeta
 from balancer.model import Node
-from balancer.telemetry.shard import ShardedSource, parse_selector
+from balancer.telemetry.shard import UNLISTED_AFTER_S, ShardedSource, parse_selector
 from balancer.telemetry.vanished import GPU_PRESENT
 from tests.loop.loop_helpers import snapshot
 
 LABEL = "gputide.io/shard"
 MODEL = "A100-SXM4-80GB"
+STEP_S = 60.0   # between two readings (the loop's interval)
+KEPT = int(UNLISTED_AFTER_S // STEP_S)   # the replacements a reading showed that are remembered still
 
 
 class Churning:
     """A source whose reading needs no node list (as the simulator's): it shows the nodes `shown`, each with the
     shard label `labels` gives it; its node list (`node_overrides`) answers `listed`, or fails while `failing`, or
-    answers with no node while `empty`."""
+    answers with no node while `empty`. Its clock (`clock`, the shard's too) reads `now`."""
 
     def __init__(self) -> None:
         self.shown = ["n0", "n1"]
         self.labels = {"n0": "b", "n1": "a"}
         self.listed = dict(self.labels)
         self.failing = self.empty = False
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
 
     def node_overrides(self):
         if self.failing:
@@ -48,19 +55,31 @@ class Churning:
                                         for n in snap.nodes))
 
 
-def churn(inner: Churning, shard: ShardedSource, cycles: int) -> None:
-    """`cycles` readings, each showing n0 and a new node (shard a's) replacing the last one, as an autoscaler's."""
-    for k in range(cycles):
+def churn(inner: Churning, shard: ShardedSource, cycles: int, first: int = 0) -> None:
+    """`cycles` readings `STEP_S` apart, each showing n0 and a new node (shard a's: spot-`first` on) replacing the last
+    one, as an autoscaler's."""
+    for k in range(first, first + cycles):
+        inner.now += STEP_S
         inner.shown = ["n0", f"spot-{k}"]
         shard.snapshot()
 
 
-def test_a_node_list_that_never_answers_leaves_only_the_latest_readings_nodes_remembered():
+def spots(last: int) -> set[str]:
+    """The replacements remembered after the reading that showed spot-`last`: it, and those missing from the node list
+    for less than `UNLISTED_AFTER_S` (each from the reading after the one that showed it)."""
+    return {f"spot-{k}" for k in range(max(0, last - KEPT), last + 1)}
+
+
+def test_a_node_list_that_never_answers_leaves_only_the_nodes_read_in_the_last_unlisted_after_s_remembered():
     inner = Churning()
     inner.failing = True
     shard = ShardedSource(inner, parse_selector("b", f"model={MODEL},{LABEL}=b"))
     churn(inner, shard, 50)
-    assert set(shard._seen) == {"n0", "spot-49"}
+    assert set(shard._seen) == {"n0"} | spots(49) and len(spots(49)) == KEPT + 1 < 50
+    churn(inner, shard, 200, first=50)   # four times as many again: no more remembered
+    assert set(shard._seen) == {"n0"} | spots(249)
+    # nor timed: each remembered node but the latest reading's (no answer has lacked it yet), n0 kept as the shard's
+    assert set(shard._absent) == set(shard._seen) - {"spot-249"}
 
 
 def test_while_the_node_list_fails_the_nodes_of_its_last_answer_are_kept_and_a_dark_one_moves_with_its_label():
@@ -69,11 +88,14 @@ def test_while_the_node_list_fails_the_nodes_of_its_last_answer_are_kept_and_a_d
     assert shard.snapshot().n_gpus == 2 and shard.nodes == {"n0"}
     inner.failing = True   # n1 (shard a's) goes dark while the node list fails, and nodes come and go
     churn(inner, shard, 50)
-    assert set(shard._seen) == {"n0", "n1", "spot-49"}
+    assert set(shard._seen) == {"n0", "n1"} | spots(49)
     inner.failing, inner.shown = False, ["n0"]
     inner.listed["n1"] = "b"   # relabelled into shard b while dark: its model is the one a reading showed
     shard.snapshot()
-    assert shard.nodes == {"n0", "n1"} and set(shard._seen) == {"n0", "n1"}
+    assert shard.nodes == {"n0", "n1"} and set(shard._seen) == {"n0", "n1"} | spots(49)
+    inner.now += UNLISTED_AFTER_S   # the replacements the answer lacks are forgotten in time, n1 is not
+    shard.snapshot()
+    assert set(shard._seen) == {"n0", "n1"}
 
 
 def test_a_node_list_answering_with_no_node_is_unknown_and_forgets_no_model():
