@@ -181,7 +181,7 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
         try:
             index = pd.DatetimeIndex(pd.to_datetime(raw.map(_iso), utc=True, format="ISO8601"))
         except (ValueError, TypeError, OverflowError) as exc:
-            bad = next((i for i, v in enumerate(raw) if _not_a_time(v)), 0)
+            bad, allowed = _bad_time(raw, numeric)
             raise InputError(path, column, cell(raw, bad), allowed, detail=f"row {bad + 2}") from exc
     if index.hasnans:   # an empty cell (or NaN, NaT) reads as NaT: a sample at no time at all
         row = int(np.flatnonzero(index.isna())[0])
@@ -218,6 +218,22 @@ def _not_basic_dates(raw: pd.Series, numeric: pd.Series, path: str, column: str)
         row = int(np.flatnonzero(numeric.notna().to_numpy())[0])
         raise InputError(path, column, cell(raw, row), "epoch seconds or ISO-8601 with dashes (2024-01-01): "
                          "YYYYMMDD numbers read as epoch seconds fall in August 1970", detail=f"row {row + 2}")
+
+
+def _bad_time(raw: pd.Series, numeric: pd.Series) -> tuple[int, str]:
+    """The row of the cell a column of times failed on, and what it allows: the first cell that is neither a number
+    nor ISO-8601. Naming the first that was not ISO-8601 blamed a valid time: in a column of epoch seconds with `abc`
+    on row 51, the first cell (`0`) on row 2. A column whose cells are each one or the other mixes the
+    two forms: the first cell of the less common one is named."""
+    is_number = numeric.notna().to_numpy()
+    bad = next((i for i, v in enumerate(raw) if not is_number[i] and _not_a_time(v)), None)
+    if bad is not None:
+        return bad, ISO_OR_EPOCH
+    times = raw.notna().to_numpy() & ~is_number   # ISO-8601 cells, an empty one aside
+    minority = times if times.sum() < is_number.sum() else is_number
+    if not minority.any():   # no cell to blame found: the first, as before
+        return 0, ISO_OR_EPOCH
+    return int(np.flatnonzero(minority)[0]), f"{ISO_OR_EPOCH}, one of them in the whole column"
 
 
 def _not_a_time(value: object) -> bool:
