@@ -694,12 +694,14 @@ class Preemptor:
         """Why `req` preempts none of the victims it passes over now (`plan`: their evictions went unanswered until
         its node was given back, `resume`), as a sentence to append to why it waits ("" when none). Unsaid, the pod
         read only "Insufficient nvidia.com/gpu" for `reserve_s`, though a victim there would make room. Only the
-        victims still bound on their node (`bound`, the pass's `Usage` per node): one gone since, deleted by its owner
-        or its node's pods read elsewhere, is no reason any more."""
+        victims still bound on their node and not being deleted (`bound`, the pass's `Usage` per node): one gone
+        since, deleted by its owner or its node's pods read elsewhere, is no reason any more, nor one terminating
+        (`Usage.terminating`: bound pods are listed by node, not phase, so its owner's deletion left it among them for
+        its grace period, up to 30 min for a training job), which leaves whether or not it is preempted."""
         passed = self._doubts.passed_over(req["name"], req.get("uid") or "", self.clock())
         return "".join(f" preemption: victim {victim} passed over on {node} until {rfc3339(until)} after "
                        f"{UNANSWERED_ASKS} unanswered evictions." for (node, victim), until in sorted(passed.items())
-                       if any(u.key == victim for u in bound.get(node, ())))
+                       if any(u.key == victim and not u.terminating for u in bound.get(node, ())))
 
     def nominate(self, key: str, node: str | None) -> None:
         """Set pod `key`'s `status.nominatedNodeName` to `node` (None: clear it), as kube-scheduler does for a

@@ -157,7 +157,8 @@ def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION)
 
 
 class Usage(NamedTuple):
-    """What a bound pod takes on its node, and what preemption weighs it by."""
+    """What a bound pod takes on its node, and what preemption weighs it by. Bound pods are listed by their node,
+    not their phase (`BOUND`): one being deleted is among them, taking its room until it is gone (`terminating`)."""
 
     node: str
     gpus: int
@@ -170,6 +171,7 @@ class Usage(NamedTuple):
     labels: tuple[tuple[str, str], ...] = ()
     anti: tuple[AffinityTerm, ...] = ()   # its required pod anti-affinity terms (they keep other pods away)
     host_ports: frozenset[HostPort] = frozenset()   # the host ports it takes on its node (NodePorts)
+    terminating: bool = False             # being deleted (`deletionTimestamp`): still bound while its grace runs
 
 
 def pod_usage(pod: Json) -> Usage:
@@ -187,7 +189,8 @@ def pod_usage(pod: Json) -> Usage:
                  key, int(pod["spec"].get("priority") or 0),
                  parse_time(status.get("startTime") or meta.get("creationTimestamp")) or 0.0,
                  tuple(sorted((meta.get("labels") or {}).items())),
-                 PodAffinity.from_spec(meta.get("namespace", "default"), pod["spec"]).anti, host_ports(pod))
+                 PodAffinity.from_spec(meta.get("namespace", "default"), pod["spec"]).anti, host_ports(pod),
+                 bool(meta.get("deletionTimestamp")))
 
 
 def sum_usage(usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fakeapi import FakeKube
 from test_k8s_preemption_records_uid import given_back
+from test_k8s_preemption_unanswered import terminate
 
 from balancer.actuate.k8s_preempt import UNANSWERED_ASKS
 from balancer.actuate.k8s_reads import Usage
@@ -38,7 +39,6 @@ def test_the_scheduler_says_the_pass_over_in_the_reason_the_pod_waits(kube: Fake
     assert f"after {UNANSWERED_ASKS} unanswered evictions." in why
 
 
-
 def test_a_victim_gone_since_is_not_said(kube: FakeKube, api, clock):
     """p no longer bound on a (deleted by its owner, its node's pods read without it): no reason any more, though
     the pass-over still runs."""
@@ -49,3 +49,17 @@ def test_a_victim_gone_since_is_not_said(kube: FakeKube, api, clock):
         req, {"a": [Usage("a", 8, 0, 0, (), key="default/p")]})
     assert preemptor.passed_over_said(req, {"a": [Usage("a", 8, 0, 0, (), key="default/fits")]}) == ""
     assert preemptor.passed_over_said(req, {"b": [Usage("b", 8, 0, 0, (), key="default/p")]}) == ""
+
+
+def test_a_victim_its_owner_deletes_is_not_said(kube: FakeKube, api, clock):
+    """p deleted by its owner after the give-back: still bound on a while its grace period runs (bound pods are
+    listed by node, not phase), it leaves whether or not it is preempted, and is no reason any more."""
+    sched, _ = given_back(kube, api, clock)
+    preemptor = sched.holds.preemptor
+    req = {"name": "default/urgent", "uid": kube.get("pods", "urgent", "default")["metadata"]["uid"]}
+    assert preemptor.passed_over_said(req, {"a": [Usage("a", 8, 0, 0, (), key="default/p", terminating=True)]}) == ""
+    terminate(kube, clock, "p")
+    clock.advance(1)
+    sched.schedule_once()
+    why = sched.reasons["default/urgent"]
+    assert "Insufficient nvidia.com/gpu" in why and "passed over" not in why
