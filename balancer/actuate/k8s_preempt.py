@@ -64,7 +64,8 @@ terminating or gone by a later pass (not finished on its own), it is counted and
 `Preempted` (`Evictions`), while a victim the replica never asked to evict is not. A victim whose evictions get no
 answer `UNANSWERED_ASKS` times in the preemption, found running after each, is not asked again: with nothing else
 leaving, the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`;
-that pod by its uid: one made again under its name, a StatefulSet's or a Job's retry, weighs every victim afresh);
+that pod by its uid: one made again under its name, a StatefulSet's or a Job's retry, weighs every victim afresh; and
+that victim by its uid: one made again under its name was never asked, `_passed_until`);
 each such eviction renews the hold by `reserve_s` while it awaits its verdict (`Evictions.holding`), so that the hold
 outlasts passes less than `reserve_s` apart that count them (refusals alone for `reserve_s` let it lapse, and the count
 with it: a later preemption counts afresh). An answered refusal between them (429: a budget, or
@@ -168,6 +169,15 @@ def disruption(pod: Json) -> str | None:
         if isinstance(c, Mapping) and c.get("type") == EVICTED_CONDITION and c.get("status") == "True":
             return str(c.get("reason") or "")
     return None
+
+
+def _passed_until(passed: Mapping[tuple[str, str], tuple[float, str]], node: str, bound: Any) -> float | None:
+    """Until when the pod `bound` (`k8s_reads.Usage`) on `node` is passed over (`passed`: `Preemptor._passed_over`),
+    None where it is not: only the pod of the uid whose evictions went unanswered. One deleted and made again under
+    its name since (a StatefulSet's) was never asked; matched by name, it was passed over and said "after 3
+    unanswered evictions". Matched by name where either was read without a uid."""
+    until, uid = passed.get((node, bound.key), (None, ""))
+    return until if until is not None and (not uid or not bound.uid or uid == bound.uid) else None
 
 
 def stop_labelled(node: Json) -> bool:
@@ -595,12 +605,13 @@ class Preemptor:
         """Where `req` should preempt and whom, among `nodes` (those whose rules admit it); `bound`: per node, the
         bound pods (`k8s_scheduler.Usage`). None when no node can make room without breaking a budget. A victim whose
         evictions for `req` there went unanswered until its node was given back (`resume`) is none for `reserve_s`
-        (for that pod, by its uid: not for one made again under its name).
+        (for that pod, by its uid: not for one made again under its name; nor is a victim made again under its name
+        passed over, `_passed_until`).
         `EvictionsStopped` when the emergency stop holds the preemption it would make (the cluster-wide stop), or
         only nodes labelled with the per-node stop could make room: either way no node is reserved for it."""
-        passed = self._doubts.passed_over(req["name"], req.get("uid") or "", self.clock())
+        passed = self._passed_over(req)
         lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"]
-                             and (n["name"], u.key) not in passed] for n in nodes}
+                             and _passed_until(passed, n["name"], u) is None] for n in nodes}
         nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req)]
         held = sorted(n["name"] for n in nodes if stop_labelled(n))
         nodes = [n for n in nodes if not stop_labelled(n)]
@@ -697,11 +708,21 @@ class Preemptor:
         victims still bound on their node and not being deleted (`bound`, the pass's `Usage` per node): one gone
         since, deleted by its owner or its node's pods read elsewhere, is no reason any more, nor one terminating
         (`Usage.terminating`: bound pods are listed by node, not phase, so its owner's deletion left it among them for
-        its grace period, up to 30 min for a training job), which leaves whether or not it is preempted."""
-        passed = self._doubts.passed_over(req["name"], req.get("uid") or "", self.clock())
+        its grace period, up to 30 min for a training job), which leaves whether or not it is preempted, nor one made
+        again under its name since (another uid, never asked: `_passed_until`)."""
+        passed = self._passed_over(req)
         return "".join(f" preemption: victim {victim} passed over on {node} until {rfc3339(until)} after "
-                       f"{UNANSWERED_ASKS} unanswered evictions." for (node, victim), until in sorted(passed.items())
-                       if any(u.key == victim and not u.terminating for u in bound.get(node, ())))
+                       f"{UNANSWERED_ASKS} unanswered evictions."
+                       for (node, victim), (until, _) in sorted(passed.items())
+                       if any(u.key == victim and not u.terminating and _passed_until(passed, node, u) is not None
+                              for u in bound.get(node, ())))
+
+    def _passed_over(self, req: Json) -> dict[tuple[str, str], tuple[float, str]]:
+        """(node, victim) -> (until when, the victim's uid: "" where read without one) of the victims `req` passes
+        over now (`resume`'s give-back; for the pending pod of its uid: `Doubts.passed_over`)."""
+        key = req["name"]
+        return {(n, v): (until, self._doubts.get(key, n, v).over_victim)
+                for (n, v), until in self._doubts.passed_over(key, req.get("uid") or "", self.clock()).items()}
 
     def nominate(self, key: str, node: str | None) -> None:
         """Set pod `key`'s `status.nominatedNodeName` to `node` (None: clear it), as kube-scheduler does for a
@@ -747,8 +768,10 @@ class Preemptor:
                        and (stuck is None or k in stuck)]
         if isinstance(done.error, EvictionUnanswered) and not (terminating or done.leaving or done.unread):
             done.entry, done.give_back = entry, True
-            self._doubts.set(req["name"], node, done.left[0], over_until=self.clock() + self.reserve_s,
-                             over_for=req.get("uid") or "")
+            victim = done.left[0]   # passed over by the uid its unanswered asks were counted for (`_asks`)
+            self._doubts.set(req["name"], node, victim, over_until=self.clock() + self.reserve_s,
+                             over_for=req.get("uid") or "",
+                             over_victim=self._doubts.get(req["name"], node, victim).counted)
             return done
         now = self.clock()
         new = noted(entry, done.left, [*terminating, *done.leaving], done.holding(now), now, self.reserve_s,

@@ -12,7 +12,8 @@ outlives it (`Doubt.ended`): the pass-over is for the plan that follows the give
 
 The pass-over is for the pending pod of one uid (`over_for`): a pod deleted and made again under its name (a
 StatefulSet's, a Job's retry with a fixed name) is another pod, and its preemption weighs every victim afresh. Kept
-by name, the new pod inherited it and waited up to `reserve_s` with its preemption never tried.
+by name, the new pod inherited it and waited up to `reserve_s` with its preemption never tried. It passes over the
+victim of one uid too (`over_victim`), for the same reason: a victim made again under its name was never asked.
 
 Pure bookkeeping: no API call, no clock of its own."""
 
@@ -34,6 +35,7 @@ class Doubt:
     asks: int = 0             # evictions of that pod asked in the preemption that got no answer
     over_until: float = NEVER   # until when the pending pod does not preempt the victim there
     over_for: str = ""        # the pending pod's uid that pass-over is for ("" for a pod read without one)
+    over_victim: str = ""     # the victim's uid passed over ("" for one read without: matched by name)
 
     @property
     def count(self) -> tuple[str, int] | None:
@@ -43,7 +45,7 @@ class Doubt:
     def ended(self) -> Doubt:
         """The record once its preemption ended (hold gone or expired, released, a new term): its doubt and count
         dropped (a later preemption there starts afresh), its pass-over kept until it runs out."""
-        return Doubt(over_until=self.over_until, over_for=self.over_for)
+        return Doubt(over_until=self.over_until, over_for=self.over_for, over_victim=self.over_victim)
 
     def kept(self, now: float) -> bool:
         """Whether the record says anything at `now`: a doubt, a count, or a pass-over still running."""

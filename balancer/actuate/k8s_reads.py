@@ -171,6 +171,7 @@ class Usage(NamedTuple):
     labels: tuple[tuple[str, str], ...] = ()
     anti: tuple[AffinityTerm, ...] = ()   # its required pod anti-affinity terms (they keep other pods away)
     host_ports: frozenset[HostPort] = frozenset()   # the host ports it takes on its node (NodePorts)
+    uid: str = ""                         # which pod of its name it is ("" for one read without, or assumed)
     terminating: bool = False             # being deleted (`deletionTimestamp`): still bound while its grace runs
 
 
@@ -190,7 +191,7 @@ def pod_usage(pod: Json) -> Usage:
                  parse_time(status.get("startTime") or meta.get("creationTimestamp")) or 0.0,
                  tuple(sorted((meta.get("labels") or {}).items())),
                  PodAffinity.from_spec(meta.get("namespace", "default"), pod["spec"]).anti, host_ports(pod),
-                 bool(meta.get("deletionTimestamp")))
+                 str(meta.get("uid") or ""), bool(meta.get("deletionTimestamp")))
 
 
 def sum_usage(usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:

@@ -51,6 +51,18 @@ def test_a_victim_gone_since_is_not_said(kube: FakeKube, api, clock):
     assert preemptor.passed_over_said(req, {"b": [Usage("b", 8, 0, 0, (), key="default/p")]}) == ""
 
 
+def test_a_victim_made_again_under_its_name_is_not_said(kube: FakeKube, api, clock):
+    """By the victim's uid: p made again under its name (another uid) was never asked; one read without a uid
+    matches by name, as before."""
+    sched, _ = given_back(kube, api, clock)
+    preemptor = sched.holds.preemptor
+    req = {"name": "default/urgent", "uid": kube.get("pods", "urgent", "default")["metadata"]["uid"]}
+    uid = kube.get("pods", "p", "default")["metadata"]["uid"]
+    assert "victim default/p passed over on a" in preemptor.passed_over_said(
+        req, {"a": [Usage("a", 8, 0, 0, (), key="default/p", uid=uid)]})
+    assert preemptor.passed_over_said(req, {"a": [Usage("a", 8, 0, 0, (), key="default/p", uid="again")]}) == ""
+
+
 def test_a_victim_its_owner_deletes_is_not_said(kube: FakeKube, api, clock):
     """p deleted by its owner after the give-back: still bound on a while its grace period runs (bound pods are
     listed by node, not phase), it leaves whether or not it is preempted, and is no reason any more."""
