@@ -81,6 +81,37 @@ def given(flag: str, allowed: str = "a file path") -> Callable[[str], str]:
     return check
 
 
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_LABEL = re.compile(_DNS_LABEL)   # a namespace's name (Kubernetes' IsDNS1123Label), at most 63
+DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")   # most objects' names (IsDNS1123Subdomain), at most 253
+_NAME_KINDS = {"label": (DNS_LABEL, 63, "lower-case letters, digits and '-', starting and ending with a letter or "
+                                        "digit"),
+               "subdomain": (DNS_SUBDOMAIN, 253, "lower-case letters, digits, '-' and '.', each part starting and "
+                                                 "ending with a letter or digit")}
+
+
+def k8s_name(text: str, flag: str, what: str, kind: str = "subdomain") -> str:
+    """`text` when it is a name the Kubernetes API takes (`kind`: a DNS-1123 "subdomain", as a Lease's, a node's or
+    a pod's schedulerName, or a "label", as a namespace's), else an InputError naming `flag`, the value and `what` it
+    names. The API refuses any other (422), or never finds it: `--lease-name Bad_Name` ran as a standby for ever
+    ("not the leader"), and `--scheduler-name 'Bad Name'` waited for pods no pod can name."""
+    pattern, most, chars = _NAME_KINDS[kind]
+    if len(text) > most or not pattern.fullmatch(text):
+        raise InputError(None, flag, text, f"{what}: a DNS-1123 {kind} ({chars}; at most {most})")
+    return text
+
+
+def lease_flags(args: argparse.Namespace) -> None:
+    """`gputide run`'s and `gputide schedule`'s --lease-name (a Lease's name: a DNS-1123 subdomain) and
+    --lease-namespace (a namespace's: a label), checked before anything connects: the API server refused any other
+    name at every election (422), and the replica ran on as a standby for ever, `--once` exiting 0 as "not the
+    leader". Checked once the line is read, not as it is (argparse `type=`): a manifest's `$(POD_NAMESPACE)` is the
+    kubelet's to fill in, and tests/deploy parse the manifests' args as written."""
+    k8s_name(args.lease_name, "--lease-name", "a Lease's name")
+    if args.lease_namespace is not None:
+        k8s_name(args.lease_namespace, "--lease-namespace", "a namespace's name", "label")
+
+
 def distinct(texts: list[str], flag: str, keys: list | None = None, *,
              values: str = "comma-separated values") -> None:
     """InputError naming the first of `texts` (a comma-separated flag's values, or a repeated flag's: `values`

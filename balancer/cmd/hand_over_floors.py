@@ -54,13 +54,12 @@ from typing import Any, NamedTuple, NoReturn
 
 from balancer.actuate.k8s_deploy_record import RECORD_NAME, Entry, entries, record_body
 from balancer.actuate.k8s_hpa import HPA_FLOOR_OWNER_ANNOTATION, floor_owner
+from balancer.cmd._args import DNS_LABEL as NAMESPACE
+from balancer.cmd._args import DNS_SUBDOMAIN as LEASE_NAME
 from balancer.cmd._args import given
 from balancer.errors import InputError
 
 Json = dict[str, Any]
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-LEASE_NAME = re.compile(rf"{_LABEL}(\.{_LABEL})*")   # a Lease's (and a Deployment's) name: a DNS subdomain
-NAMESPACE = re.compile(_LABEL)   # a namespace's: a DNS label
 
 
 # ---- what changes, decided from the API's answers (no calls here) --------------------------------------------------

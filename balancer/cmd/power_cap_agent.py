@@ -67,7 +67,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from balancer.app.health import Health, call_budget_s
 from balancer.app.health import app as probes_app
-from balancer.cmd._args import add_listen_address, bind, duration_between, given
+from balancer.cmd._args import add_listen_address, bind, duration_between, given, k8s_name
 from balancer.errors import InputError
 from exporters.health import WatchedCalls
 
@@ -247,6 +247,9 @@ def agent_interval(text: str) -> float:
                             f"{POWER_CAP_TTL_S / 60:g}-minute expiry), such as 10s")
 
 
+NODE_NAME = "this node's name (the DaemonSet passes $(NODE_NAME))"
+
+
 def run(args: argparse.Namespace) -> int:
     from balancer.cmd._args import kube_client
     from balancer.cmd.exporter import nvml_backend
@@ -254,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
     from exporters.power_limits_before import LimitsBefore
 
     if not args.node.strip():   # blank: no node's name either
-        raise InputError(None, "--node", args.node, "this node's name (the DaemonSet passes $(NODE_NAME))")
+        raise InputError(None, "--node", args.node, NODE_NAME)
+    k8s_name(args.node, "--node", NODE_NAME)   # no Node has another: its GET would 404 (or 422) at every read
     if not 0 <= args.port <= 65535:
         raise InputError(None, "--port", args.port, "0..65535")
     interval = agent_interval(args.interval)

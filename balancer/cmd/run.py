@@ -40,12 +40,15 @@ from balancer.actuate.k8s_budget import ACTION_DEADLINE_S, least_action_deadline
 from balancer.app.health import Health, action_budget_s, stall_limit, stop_budget_s
 from balancer.app.health import serve as serve_metrics
 from balancer.cmd._args import (
+    DNS_SUBDOMAIN,
     add_listen_address,
     appendable_file,
     bind,
     duration_between,
     given,
+    k8s_name,
     kube_client,
+    lease_flags,
     loop_interval,
     replaceable_file,
     stop_file,
@@ -107,20 +110,41 @@ def cluster_name(text: str | None, field: str = "--cluster") -> str | None:
     return text
 
 
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
 def kueue_queues(text: str | None, field: str = "--kueue-queues") -> tuple[str, str] | None:
     """(inference ClusterQueue, training ClusterQueue) between which the actuator moves GPU quota when it scales a
     Kueue-queued training Job; checked before anything connects, since a typo would fail every such action."""
     if text is None:
         return None
     names = [n.strip() for n in text.split(",")]
-    if len(names) != 2 or names[0] == names[1] or not all(len(n) <= 253 and _DNS_SUBDOMAIN.fullmatch(n)
+    if len(names) != 2 or names[0] == names[1] or not all(len(n) <= 253 and DNS_SUBDOMAIN.fullmatch(n)
                                                           for n in names):
         raise InputError(None, field, text, "two distinct ClusterQueue names (DNS subdomains), the inference "
                                             "queue first: INFERENCE_CQ,TRAINING_CQ")
     return names[0], names[1]
+
+
+SHARD_NAME = "a shard's name, which ends its Lease's (<lease-name>-NAME)"
+
+
+def shard_flags(args: argparse.Namespace):
+    """--shard NAME's selector (`parse_selector`; None without --shard), checked with the Lease the controller elects
+    on and records as its floors' writer (`floor_owner`), --lease-name or <lease-name>-NAME, before anything connects
+    (`lease_flags`). A shard's name ends a Lease's name, so it is a DNS-1123 subdomain, and the two together have at
+    most 253 characters: the API server refused any other at every election (a standby for ever). --selector is a
+    shard's alone."""
+    lease_flags(args)
+    if args.selector and not args.shard:
+        raise InputError(None, "--selector", args.selector, "only together with --shard NAME")
+    if not args.shard:
+        return None
+    from balancer.telemetry.shard import parse_selector
+
+    k8s_name(args.shard, "--shard", SHARD_NAME)
+    selector = parse_selector(args.shard, args.selector)
+    if len(selector.lease_name(args.lease_name)) > 253:
+        raise InputError(None, "--shard", args.shard, f"{SHARD_NAME}: at most {252 - len(args.lease_name)} "
+                         f"characters with --lease-name {args.lease_name} (a Lease's name has at most 253)")
+    return selector
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -135,7 +159,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", default="30s", help="time between cycles (default 30s; 50ms to 24h)")
     p.add_argument("--policy", type=given("--policy"), default=None, metavar="FILE", help="BalancerPolicy YAML")
     p.add_argument("--leader-elect", action="store_true", help="act only while holding a coordination.k8s.io Lease")
-    p.add_argument("--lease-name", type=given("--lease-name", "a name"), default="gputide-controller")
+    p.add_argument("--lease-name", type=given("--lease-name", "a name"), default="gputide-controller",
+                   help="the Lease elected on with --leader-elect (<lease-name>-NAME with --shard NAME); with or "
+                        "without it, the writer recorded on the HPA floors this controller writes")
     p.add_argument("--lease-namespace", type=given("--lease-namespace", "a name"), default=None,
                    help="namespace of the Lease (default: the pod's own namespace: POD_NAMESPACE, the service "
                         "account's namespace, else gputide)")
@@ -241,6 +267,8 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
     appendable_file(args.audit_log, "--audit-log")
     stop_file(args.emergency_stop_file, "--emergency-stop-file")
     replaceable_file(args.ledger_file, "--ledger-file")
+    selector = shard_flags(args)
+    lease_name = args.lease_name if selector is None else selector.lease_name(args.lease_name)
     fleet = None
     if args.fleet:
         from balancer import fleet as fleet_mod
@@ -273,15 +301,10 @@ def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Re
                                                             metrics.set_hpa_reads_unusable),
                                        slo_latency_s={n: p.slo_latency_s for n, p in (profiles or {}).items()},
                                        default_slo_latency_s=policy.colocation.latency_slo_s)
-    lease_name = args.lease_name
-    if args.selector and not args.shard:
-        raise InputError(None, "--selector", args.selector, "only together with --shard NAME")
-    if args.shard:
-        from balancer.telemetry.shard import ShardedSource, parse_selector
+    if selector is not None:
+        from balancer.telemetry.shard import ShardedSource
 
-        selector = parse_selector(args.shard, args.selector)
         source = ShardedSource(source, selector)
-        lease_name = selector.lease_name(args.lease_name)
     if args.dry_run:
         from balancer.actuate.dryrun import DryRunActuator
 

@@ -59,18 +59,21 @@ from balancer.cmd._args import (
     bind,
     duration_between,
     given,
+    k8s_name,
     kube_client,
+    lease_flags,
     loop_interval,
     parse_interval,
     stop_file,
 )
 from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, prometheus_url
 from balancer.config import BalancerPolicy
-from balancer.errors import ActuationError
+from balancer.errors import ActuationError, InputError
 
 EXIT_UNREACHABLE = 3   # --once: the pass could not read the Kubernetes API (as `gputide run --once` exits 3)
 
 log = logging.getLogger(__name__)
+LEASE_NAME = "gputide-scheduler"   # --lease-name's default
 # the default spec.safety.maxTelemetryAgeS: `gputide run` holds still past it, and GpuTelemetryStale fires there
 MOST_STALE_S = BalancerPolicy().safety.max_telemetry_age_s
 STALE_ALLOWED = (f"a duration from {STALE_FLOOR_S:.0f}s (the rules' 15 s evaluation plus two 15 s scrapes) to "
@@ -98,7 +101,7 @@ def register(subparsers) -> None:
                         f"thermal headroom (default {MOST_STALE_S:.0f}s, GpuTelemetryStale's age, gputide run's "
                         f"default; {STALE_FLOOR_S:.0f}s to {MOST_STALE_S:.0f}s); at least the scrape interval + 30s")
     p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
-    p.add_argument("--lease-name", type=given("--lease-name", "a name"), default="gputide-scheduler")
+    p.add_argument("--lease-name", type=given("--lease-name", "a name"), default=LEASE_NAME)
     p.add_argument("--lease-namespace", type=given("--lease-namespace", "a name"), default=None,
                    help="default: the pod's own namespace")
     p.add_argument("--no-preemption", action="store_true",
@@ -283,11 +286,26 @@ def stop_budget_s(scheduler, lease_api: Retries | None) -> float:
     return in_flight + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
 
 
+def names(args: argparse.Namespace) -> None:
+    """--scheduler-name and the Lease flags, checked before anything connects. A pod's spec.schedulerName is a DNS-1123
+    subdomain (the API server refuses any other), so a scheduler named otherwise waited for pods none can name. The
+    Lease flags mean something only with --leader-elect: without it they were ignored, so a replica meant to elect
+    (--leader-elect dropped from its args) bound alongside its peers without a word."""
+    k8s_name(args.scheduler_name, "--scheduler-name", "the spec.schedulerName of the pods to bind")
+    lease_flags(args)
+    if not args.leader_elect:
+        for flag, value, default in (("--lease-name", args.lease_name, LEASE_NAME),
+                                     ("--lease-namespace", args.lease_namespace, None)):
+            if value != default:
+                raise InputError(None, flag, value, "only with --leader-elect (it names the Lease elected on)")
+
+
 def run(args: argparse.Namespace) -> int:
     from balancer.actuate.k8s_scheduler import SecondaryScheduler
 
     interval = loop_interval(args.interval)
     starving_s = parse_interval(args.starving_after, "--starving-after")
+    names(args)
     placer = build_placer(args)
     emergency = emergency_stop(args)
     api_client = kube_client(args.kubeconfig)
