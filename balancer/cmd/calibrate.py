@@ -3,7 +3,7 @@
     gputide calibrate --prometheus URL --service NAME [--service NAME ...] [--slo 0.5] [--margin 1.0]
                       [--range 7d] [--end TIME] [--step 1m] [--settle 5m]
                       [--demand-query Q] [--replicas-query Q] [--latency-query Q] [--json OUT]
-    gputide calibrate --csv FILE [--service NAME] ...
+    gputide calibrate --csv FILE [--service NAME] [--slo 0.5] [--margin 1.0] [--settle 5m] [--json OUT]
     gputide calibrate --prometheus URL --services services.yaml [--cluster NAME] [--write-services OUT] ...
 
 With `--services` (a ServiceProfiles file), every profiled service is calibrated against its own
@@ -14,7 +14,8 @@ With `--services` (a ServiceProfiles file), every profiled service is calibrated
 From Prometheus, three range queries per service (`$service` is replaced by its name; the defaults read the
 `gputide_inference_*` series, with the replicas that serve: placed and warm, as kube-state-metrics'
 `kube_deployment_status_replicas_available` counts them); from a CSV, one row per sample with the header
-`timestamp,demand_rps,replicas,p99_s` (ISO-8601 or epoch seconds). Prints, per service, the estimate, whether the
+`timestamp,demand_rps,replicas,p99_s` (ISO-8601 or epoch seconds), read whole: `--cluster`, `--range`, `--end`,
+`--step` and the queries are refused with it. Prints, per service, the estimate, whether the
 data crossed the SLO (measured) or only shows a lower bound, the samples behind it, and a ServiceProfiles snippet
 (`--json -` writes the JSON to standard output and these to standard error).
 Exit 0 when every service got an estimate, 1 when one did not (or Prometheus did not answer), 2 on bad input.
@@ -53,6 +54,12 @@ LATENCY_QUERY = 'max(gputide_inference_latency_p99_seconds{$selector})'
 CSV_COLUMNS = ("timestamp", "demand_rps", "replicas", "p99_s")
 MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
 MOST_RANGE_S = 366 * 86400.0   # --range: a year (1e308 was blamed on --step, the points it would need)
+DEFAULT_RANGE, DEFAULT_STEP = "7d", "1m"
+# the flags only the Prometheus path reads: {flag: (attribute, default)}
+PROMETHEUS_ONLY = {"--cluster": ("cluster", None), "--range": ("range_", DEFAULT_RANGE), "--end": ("end", None),
+                   "--step": ("step", DEFAULT_STEP), "--demand-query": ("demand_query", DEMAND_QUERY),
+                   "--replicas-query": ("replicas_query", REPLICAS_QUERY),
+                   "--latency-query": ("latency_query", LATENCY_QUERY)}
 
 
 def register(subparsers) -> None:
@@ -67,16 +74,21 @@ def register(subparsers) -> None:
                    help="p99 latency SLO, 0.001 to 3600 s (default: the profile's latencySloSeconds, else 0.5)")
     p.add_argument("--margin", type=float, default=1.0,
                    help="aim at margin x SLO, 0 < margin <= 1 and margin x SLO at least 0.001 s (default 1)")
-    p.add_argument("--range", dest="range_", default="7d", help="history to read (default 7d, at most 366d)")
-    p.add_argument("--end", default=None, help="end of the history (ISO-8601 or epoch seconds; default now)")
-    p.add_argument("--step", default="1m", help="range-query step (default 1m)")
+    # --range, --end, --step and the queries default to None (filled in by `_prometheus_only`): given with --csv,
+    # which reads none of them, they are refused rather than ignored
+    p.add_argument("--range", dest="range_", default=None,
+                   help=f"with --prometheus: history to read (default {DEFAULT_RANGE}, at most 366d)")
+    p.add_argument("--end", default=None,
+                   help="with --prometheus: end of the history (ISO-8601 or epoch seconds; default now)")
+    p.add_argument("--step", default=None, help=f"with --prometheus: range-query step (default {DEFAULT_STEP})")
     p.add_argument("--settle", default="5m", help="drop samples this soon after a replica change (default 5m)")
-    p.add_argument("--demand-query", type=given("--demand-query", "a PromQL query"), default=DEMAND_QUERY,
-                   help=f"PromQL; $service, $namespace, $selector filled in (default {DEMAND_QUERY})")
-    p.add_argument("--replicas-query", type=given("--replicas-query", "a PromQL query"), default=REPLICAS_QUERY,
-                   help=f"PromQL (default {REPLICAS_QUERY})")
-    p.add_argument("--latency-query", type=given("--latency-query", "a PromQL query"), default=LATENCY_QUERY,
-                   help=f"PromQL, seconds (default {LATENCY_QUERY})")
+    p.add_argument("--demand-query", type=given("--demand-query", "a PromQL query"), default=None,
+                   help=f"with --prometheus: PromQL; $service, $namespace, $selector filled in "
+                        f"(default {DEMAND_QUERY})")
+    p.add_argument("--replicas-query", type=given("--replicas-query", "a PromQL query"), default=None,
+                   help=f"with --prometheus: PromQL (default {REPLICAS_QUERY})")
+    p.add_argument("--latency-query", type=given("--latency-query", "a PromQL query"), default=None,
+                   help=f"with --prometheus: PromQL, seconds (default {LATENCY_QUERY})")
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help="with --prometheus: read only this cluster's series ($selector gets cluster=\"NAME\", "
                         "$cluster is NAME), as `gputide run --cluster` does; without it a Prometheus holding several "
@@ -175,6 +187,19 @@ def aimed_at(margin: float, slos: dict[str, float]) -> None:
                              f"(--slo's floor): at least {least / slo:.3g} for {name}'s SLO of {slo:g} s")
 
 
+def _prometheus_only(args: argparse.Namespace) -> None:
+    """With --csv, an InputError naming the first flag of `PROMETHEUS_ONLY` given (the CSV is read whole, as it
+    is: `--csv F --step 0`, `--range=-1d`, `--end 0` or `--demand-query x` exited 0, checked only on the path that
+    never ran); with --prometheus, each flag left out set to its default."""
+    for flag, (attr, default) in PROMETHEUS_ONLY.items():
+        value = getattr(args, attr)
+        if args.csv and value is not None:
+            raise InputError(None, flag, value, "only with --prometheus (a CSV's samples are read whole and as they "
+                             "are: no cluster, time window, step or query applies to them)")
+        if value is None:
+            setattr(args, attr, default)
+
+
 def _checked(args: argparse.Namespace) -> float:
     """Every command-line value checked before anything is read; the settle time in seconds."""
     if args.slo is not None:
@@ -183,8 +208,7 @@ def _checked(args: argparse.Namespace) -> float:
         raise InputError(None, "--margin", args.margin, "a number in (0, 1]")
     if args.prometheus:
         prometheus_url(args.prometheus)
-    elif args.cluster is not None:
-        raise InputError(None, "--cluster", args.cluster, "only with --prometheus (a CSV holds one service's samples)")
+    _prometheus_only(args)
     cluster_name(args.cluster)   # it goes into PromQL matchers
     for name in args.service:
         service_name(name, None, "--service")   # it goes into PromQL matchers
