@@ -100,14 +100,40 @@ def test_while_the_node_list_fails_the_nodes_of_its_last_answer_are_kept_and_a_d
 
 def test_a_node_list_answering_with_no_node_is_unknown_and_forgets_no_model():
     """An empty answer (`{}`) says nothing of which nodes the cluster has, as for `listed_out`: it kept the models
-    of no node, so a dark node relabelled into a shard on model was no shard's once the node list answered again."""
+    of no node, so a dark node relabelled into a shard on model was no shard's once the node list answered again.
+    Answers with no node for the whole bound time nothing either: taken for an answer, they forgot the model of n1
+    (no node of shard b) at the bound."""
     inner = Churning()
     shard = ShardedSource(inner, parse_selector("b", f"model={MODEL},{LABEL}=b"))
     assert shard.snapshot().n_gpus == 2 and shard.nodes == {"n0"}
     inner.shown, inner.empty = ["n0"], True   # n1 (shard a's) goes dark; the node list answers with no node
+    shard.snapshot()
+    inner.now += UNLISTED_AFTER_S   # ... for the whole bound
     shard.snapshot()
     assert set(shard._seen) == {"n0", "n1"}
     inner.empty = False
     inner.listed["n1"] = "b"   # relabelled into shard b while dark: its model is the one a reading showed
     shard.snapshot()
     assert shard.nodes == {"n0", "n1"}
+
+
+def with_n2() -> Churning:
+    """`Churning` with n2, shard b's too, read and listed: shard b's reading goes on while its n0 is dark."""
+    inner = Churning()
+    inner.labels["n2"] = inner.listed["n2"] = "b"
+    inner.shown = ["n0", "n1", "n2"]
+    return inner
+
+
+def test_a_node_list_answering_with_no_node_for_the_bound_keeps_the_shards_dark_node():
+    """Answers with no node are unknown to `listed_out` too: taken for answers lacking every node, they dropped the
+    shard's dark n0 at the bound (no reading shows it to add it back), its power caps no longer renewed."""
+    inner = with_n2()
+    shard = ShardedSource(inner, parse_selector("b", f"model={MODEL},{LABEL}=b"))
+    assert shard.snapshot().n_gpus == 4 and shard.nodes == {"n0", "n2"}
+    inner.shown, inner.empty = ["n1", "n2"], True   # n0 goes dark; the node list answers with no node
+    shard.snapshot()
+    inner.now += UNLISTED_AFTER_S   # ... for the whole bound
+    shard.snapshot()
+    assert shard.nodes == {"n0", "n2"}
+
