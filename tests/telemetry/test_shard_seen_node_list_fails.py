@@ -137,3 +137,22 @@ def test_a_node_list_answering_with_no_node_for_the_bound_keeps_the_shards_dark_
     shard.snapshot()
     assert shard.nodes == {"n0", "n2"}
 
+
+def test_the_model_of_a_node_the_shard_holds_is_kept_past_the_bound_so_a_new_term_claims_it_when_listed_again():
+    """An answer lacks shard b's dark n0, then the node list fails for the bound: `listed_out` keeps n0 (no answer
+    to judge by), so its model is kept too (`_forget_absent` spares the shard's `nodes`). Forgotten, n0 listed again
+    for a new term failed the selector on model and was no shard's, its power caps lapsing."""
+    inner = with_n2()
+    shard = ShardedSource(inner, parse_selector("b", f"model={MODEL},{LABEL}=b"))
+    assert shard.snapshot().n_gpus == 4 and shard.nodes == {"n0", "n2"}
+    inner.shown = ["n1", "n2"]   # n0 goes dark ...
+    del inner.listed["n0"]       # ... and an answer lacks it (deleted)
+    shard.snapshot()
+    inner.failing = True         # then the node list fails for the bound
+    inner.now += UNLISTED_AFTER_S
+    shard.snapshot()
+    assert shard.nodes == {"n0", "n2"} and "n0" in shard._seen
+    shard.new_term()             # this replica takes the lead again; n0 is listed again (registered), still dark
+    inner.failing, inner.listed["n0"] = False, "b"
+    shard.snapshot()
+    assert shard.nodes == {"n0", "n2"}
