@@ -54,7 +54,7 @@ def test_a_dark_node_missing_from_one_node_list_answer_stays_its_shards_and_hold
 
 
 @pytest.mark.parametrize("selector", [f"pool={GPU},{LABEL}=a", f"model={GPU}"])
-def test_its_model_is_kept_while_its_shard_holds_it_so_a_new_term_claims_it_when_listed_again(selector):
+def test_its_model_outlasts_the_blip_so_a_new_term_claims_it_when_listed_again(selector):
     """A new term knows no node but those the node list gives it (`listed`), judged by the model a reading showed:
     forgotten with the blip, the dark node was no shard's for the new term."""
     shard, whole, _ = through_a_blip(selector)
