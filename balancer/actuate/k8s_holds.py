@@ -95,9 +95,13 @@ class Holds:
         """For a pod no node has room for (`offers` was last asked about it): preempt, else hold a node if it
         starves. What was done, as a sentence to append to why it waits ("" when nothing); while nothing was, the
         victims it passes over (`Preemptor.passed_over_said`: unsaid, it read only "Insufficient ..." though a
-        victim there would make room)."""
-        return self.preempt(req, view, index, offers) or (self.preemptor.passed_over_said(req, self._bound_by_node())
-                                                          + self.hold_for_starving(req, view, index, offers, now))
+        victim there would make room), asked only where it may preempt: none is passed over otherwise, and the bound
+        pods are grouped (`_bound_by_node`) for no one."""
+        if did := self.preempt(req, view, index, offers):
+            return did
+        may = self.preemption and req["preempt"]
+        passed = self.preemptor.passed_over_said(req, self._bound_by_node()) if may else ""
+        return passed + self.hold_for_starving(req, view, index, offers, now)
 
     def preempt(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers) -> str:
         """Preempt for a pod no node fits (balancer/actuate/k8s_preempt.py): " preemption: <what was done>", or ""
