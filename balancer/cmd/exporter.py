@@ -6,7 +6,8 @@
                      [--collect-timeout 8s] [--serve-stale-for 30s]
 
 The sim backend runs the fleet (default: the built-in demo fleet with a default workload mix) and advances it
-with wall-clock time x ``--speed``. ``--power-caps-file`` turns on the power-cap agent: the JSON file
+with wall-clock time x ``--speed`` (at most 1000, `MOST_SPEED`: faster, a scrape's catching up outruns
+``--collect-timeout``). ``--power-caps-file`` turns on the power-cap agent: the JSON file
 ``{"GPU-uuid": watts}`` is re-read every ``--caps-interval`` seconds and applied (clamped) to the GPUs. Its syncs are
 those of `gputide power-cap-agent` (`power_cap_agent.sync_once`), with its metrics on the exporter's port
 (`gputide_power_cap_agent_syncs_total{result}`, ...): a sync that fails (the file malformed, NVML refusing a GPU,
@@ -54,6 +55,15 @@ from exporters.health import DEFAULT_COLLECT_TIMEOUT_S
 
 log = logging.getLogger("gputide.exporter")
 
+# --speed's ceiling. Each scrape first steps the simulator (a minute a step) up to wall-clock time x speed, and waits
+# --collect-timeout (8 s) for it: the gap between two scrapes x speed is stepped in one go. Measured on a loaded
+# 2-core machine with the built-in demo fleet (256 GPUs): ~0.6 to 2 ms a step, 30,000 to 100,000 simulated seconds
+# per wall second at best; at 100,000 scrapes 5 s apart took 5 to 8 s and then timed out, at 1e300 catching up
+# never ended (every scrape 503, and exit 0 all the same), and even at 3,600 one scrape after a 60 s gap took 4 to
+# 7 s. At 1,000 (a day in under a minute and a half) the longest gap `gputide prometheus --scrape-interval` allows,
+# 90 s, is 1,500 steps: about 1 s measured on that loaded machine, margin for a larger --fleet or a busier one.
+MOST_SPEED = 1_000.0
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("exporter", help="serve GPU metrics (dcgm-exporter names) from NVML or a simulated fleet",
@@ -65,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="fleet spec YAML for the sim backend (default: the built-in demo fleet)")
     p.add_argument("--node", type=given("--node", "a name"), help="sim backend: serve only this node's GPUs")
     p.add_argument("--speed", type=float, default=60.0,
-                   help="sim backend: simulated seconds per wall second (0: the simulated clock stands still)")
+                   help=f"sim backend: simulated seconds per wall second, 0 to {MOST_SPEED:g} (0: the simulated clock "
+                        "stands still; faster, the simulator cannot keep up with the scrapes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--power-caps-file", type=given("--power-caps-file"),
                    help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")
@@ -107,7 +118,8 @@ def _check(args: argparse.Namespace) -> None:
     if not 0 <= args.port <= 65535:
         raise InputError(None, "--port", args.port, "0..65535")
     seed(args.seed)
-    number(args.speed, "--speed", 0)
+    number(args.speed, "--speed", 0, MOST_SPEED, unit=" (simulated seconds per wall second; faster, the simulator "
+           "cannot catch up between scrapes and every scrape times out)")
     number(args.duration, "--duration", 0, unit=" (0: run forever)")
     number(args.caps_interval, "--caps-interval", LEAST_INTERVAL_S, MOST_INTERVAL_S,
            unit=" (seconds: 24h at most, and no busy loop)")
