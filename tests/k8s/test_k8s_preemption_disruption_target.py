@@ -14,22 +14,11 @@ import logging
 import pytest
 from fakeapi import FakeKube, node
 from test_k8s_preemption import bound, events, most_free, pending, reservations
-from test_k8s_preemption_unanswered import unanswered
+from test_k8s_preemption_unanswered import terminate, three_victims, unanswered
 
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
-from balancer.actuate.kubernetes import rfc3339
 
 REASONS = ["PreemptionByScheduler", "DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet"]
-
-
-def terminate(kube: FakeKube, clock, name: str, reason: str | None = None, status: str = "True") -> None:
-    """`name` deleted (its grace period running), marked `DisruptionTarget` `reason` (None: unmarked), of `status`
-    ("False": a mark cleared, its disruption not carried out)."""
-    patch: dict = {"metadata": {"deletionTimestamp": rfc3339(clock.now + 30)}}
-    if reason is not None:
-        patch["status"] = {"conditions": [{"type": "DisruptionTarget", "status": status, "reason": reason,
-                                           "message": "deleting"}]}
-    kube.mutate("pods", name, "default", patch)
 
 
 def owner_deletes(kube: FakeKube, clock, caplog, sched: SecondaryScheduler, name: str, *mark: str) -> None:
@@ -48,10 +37,7 @@ def test_a_victim_terminating_unmarked_is_counted_until_the_cluster_is_known_to_
     """low-1's eviction lands unmarked (the cluster not known to mark any: counted, as before); low-2's lands marked
     (counted, and the cluster is known to mark evictions from then on); low-3's does not land, and its owner deletes
     it: unmarked, not counted, nor said preempted, and waited for all the same."""
-    kube.add(node("a", 12))
-    for i in (1, 2, 3):
-        kube.add(bound(f"low-{i}", "a", 4, 4 - i))
-    kube.add(pending("urgent", 12, 50))
+    three_victims(kube)
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock, sleep=lambda s: None)
     unanswered(sched, "low-1", lambda: terminate(kube, clock, "low-1"))
     unanswered(sched, "low-2", lambda: terminate(kube, clock, "low-2", "EvictionByEvictionAPI"))

@@ -32,8 +32,14 @@ def three_victims(kube: FakeKube) -> None:
     kube.add(pending("urgent", 12, 50))
 
 
-def terminate(kube: FakeKube, clock, name: str) -> None:
-    kube.mutate("pods", name, "default", {"metadata": {"deletionTimestamp": rfc3339(clock.now + 30)}})
+def terminate(kube: FakeKube, clock, name: str, reason: str | None = None, status: str = "True") -> None:
+    """`name` deleted (its grace period running), marked `DisruptionTarget` `reason` (None: unmarked), of `status`
+    ("False": a mark cleared, its disruption not carried out)."""
+    patch: dict = {"metadata": {"deletionTimestamp": rfc3339(clock.now + 30)}}
+    if reason is not None:
+        patch["status"] = {"conditions": [{"type": "DisruptionTarget", "status": status, "reason": reason,
+                                           "message": "deleting"}]}
+    kube.mutate("pods", name, "default", patch)
 
 
 def unanswered(sched: SecondaryScheduler, victim: str, landed) -> list[bool]:
