@@ -50,8 +50,9 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   rest, so newer kubelets with more fields answer the same, and older ones without a field answer it empty).
 * `PodAttribution(client, grace_s)`: turns the answer into `WorkloadInfo`s for this node's GPUs. If the kubelet
   does not answer (restarting, socket not mounted, permission denied), the last answer is kept for `grace_s`
-  seconds counted from the first collection that failed (not from the kubelet's last answer), from when it began
-  to when a later one began (before their GPU reads, whose time varies: `Attributed.read`), and then dropped, so
+  seconds (on a monotonic clock: a wall clock stepped by NTP moves no grace) counted from the first collection
+  that failed (not from the kubelet's last answer), from when it began to when a later one began (before their
+  GPU reads, whose time varies: `Attributed.read`), and then dropped, so
   a lasting outage shows as no attribution rather than as frozen pods; it is dropped only by a collection after
   one that already failed, never by the first (with `grace_s` 0 too). Why: dropped in the scrape that first said
   `gputide_pod_resources_up` 0, Prometheus' remote write with several shards could deliver the pods' stale
@@ -313,12 +314,20 @@ class PodAttribution:
     """This node's pods on its GPUs (see the module docstring); also a Prometheus collector of its own health."""
 
     def __init__(self, client: Any, *, grace_s: float = 60.0, resources: Iterable[str] = GPU_RESOURCES,
-                 dra_drivers: Iterable[str] = DRA_GPU_DRIVERS, clock: Callable[[], float] = time.time) -> None:
-        self.client, self.grace_s, self.clock = client, grace_s, clock
+                 dra_drivers: Iterable[str] = DRA_GPU_DRIVERS, clock: Callable[[], float] | None = None,
+                 wall: Callable[[], float] | None = None) -> None:
+        self.client, self.grace_s = client, grace_s
+        # grace_s is timed on `clock`, monotonic: on the wall clock, an NTP step forward of over 2 x grace_s before the
+        # first failed collection made the kept answer look that old (`_stale_kept`), and the next collection dropped
+        # the pods, so an HA partner scraping every grace_s got its first up 0 without them. `wall` (the wall clock)
+        # only stamps the published last success; a `clock` given alone (a test's) stands for both
+        self.clock = clock or time.monotonic
+        self.wall = wall or clock or time.time
         self.resources, self.dra_drivers = frozenset(resources), frozenset(dra_drivers)
         self._logged: set[tuple[str, str]] = set()   # unmatched devices already logged
         self._last: list[Allocation] | None = None
-        self._last_ok = float("nan")
+        self._last_ok = float("nan")   # when the kubelet last answered, on `wall` (published)
+        self._answered_at = float("nan")   # ... on `clock` (timed)
         self._up = False
         self._unmatched = self._unresolved = 0
         self._failing_since: float | None = None
@@ -344,19 +353,19 @@ class PodAttribution:
                 since = self._failing_since = now
                 # no collection for 2 x grace_s (Prometheus away): no scraper scraping every grace_s is owed the
                 # pods, and an old answer kept grace_s longer bills departed pods (module docstring)
-                self._stale_kept = now - self._last_ok > 2 * self.grace_s
+                self._stale_kept = now - self._answered_at > 2 * self.grace_s
                 log.warning("kubelet PodResources at %s not answering (%s); keeping the last answer (%.0f s old) "
                             "for %s", getattr(self.client, "socket", "?"),
-                            exc.code() if hasattr(exc, "code") else exc, now - self._last_ok,
+                            exc.code() if hasattr(exc, "code") else exc, now - self._answered_at,
                             "this collection only" if self._stale_kept else f"{self.grace_s:.0f} s")
             # grace counted from the first failed collection, not the last answer: a scraper's first scrape after
             # it is then within grace_s of it, and gets up 0 with the pods (module docstring)
             if self._last is not None and published_down and (self._stale_kept or now - since > self.grace_s):
                 log.error("kubelet PodResources silent for %.0f s (%.0f s since it last answered): GPUs are "
-                          "published without their pods", now - since, now - self._last_ok)
+                          "published without their pods", now - since, now - self._answered_at)
                 self._last = None
             return self._last or []
-        self._up, self._last_ok, self._failing_since = True, self.clock(), None
+        self._up, self._answered_at, self._last_ok, self._failing_since = True, self.clock(), self.wall(), None
         return self._last
 
     def _settled(self, allocations: list[Allocation]) -> list[Allocation]:

@@ -7,6 +7,8 @@ long) goes at the next failed collection, not `grace_s` later."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -75,3 +77,34 @@ def test_an_answer_over_twice_grace_s_old_at_the_first_failure_goes_at_the_next_
     for t in (120.0, 150.0, 180.0):   # 120: 2 x grace_s after the answer, not more
         assert recent.collection(t) == ({"train-0"}, 0)
     assert recent.collection(195.0) == (set(), 0)
+
+
+def test_a_wall_clock_stepped_forward_before_the_first_failure_moves_no_grace():
+    """`grace_s` is timed on a monotonic clock (`clock`), the published last success on the wall clock (`wall`).
+    Timed on the wall clock, an NTP step forward of over 2 x `grace_s` before the first failed collection made the
+    kept answer look that old (`_stale_kept`): the next collection dropped the pods, and an HA partner scraping every
+    `grace_s` got its first up 0 without them."""
+    kubelet, mono, wall = Kubelet(), [0.0], [1_000_000.0]
+    att = PodAttribution(kubelet, grace_s=60, clock=lambda: mono[0], wall=lambda: wall[0])
+    registry = CollectorRegistry()
+    registry.register(att)
+
+    def collection(at: float) -> tuple[int, float]:
+        """(the pods attributed, gputide_pod_resources_up) of a collection begun at `at` on the monotonic clock."""
+        wall[0] += at - mono[0]
+        mono[0] = at
+        return len(att.workloads(GPUS)), registry.get_sample_value("gputide_pod_resources_up")
+
+    assert collection(0.0) == (1, 1)
+    wall[0] += 3600.0   # NTP steps the wall clock an hour forward
+    kubelet.silent = True
+    assert collection(15.0) == (1, 0)   # A's: the first failed collection
+    for t in (30.0, 45.0, 75.0):   # the HA partner's first scrape after it, and on to grace_s past it
+        assert collection(t) == (1, 0)
+    assert collection(75.1) == (0, 0)
+    assert registry.get_sample_value("gputide_pod_resources_last_success_timestamp_seconds") == 1_000_000.0
+
+
+def test_grace_s_is_timed_on_the_monotonic_clock_and_the_last_success_on_the_wall_clock():
+    att = PodAttribution(Kubelet())
+    assert att.clock is time.monotonic and att.wall is time.time
