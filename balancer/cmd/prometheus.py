@@ -36,6 +36,15 @@ from balancer.telemetry.promserver import (
 from balancer.yamlfile import read_yaml
 
 _ADDRESS_HELP = "host:port[,host:port...]"
+# --scrape-interval's range. Below a second Prometheus scrapes (and evaluates the rules) faster than an exporter
+# collects. A reading's age reaches the interval plus up to 30 s (the rules' 15 s evaluation and the scrape itself:
+# `gputide run --stale-after` wants "at least the scrape interval + 30s"); above 90 s that outgrows, between scrapes,
+# the 120 s at which GpuTelemetryStale fires (fixed in rules/) and past which `gputide schedule` (--stale-after 120 s
+# at most) and `gputide run` (its default --stale-after, the default policy's maxTelemetryAgeS) take every GPU for
+# stale and hold still. (Past 5 m, Prometheus's lookback, instant queries would not even find the series.)
+LEAST_SCRAPE_S, MOST_SCRAPE_S = 1.0, 90.0
+SCRAPE_ALLOWED = (f"a Prometheus duration from {LEAST_SCRAPE_S:g}s to {MOST_SCRAPE_S:g}s, like 5s, 15s, 1m (longer, "
+                  "readings outgrow the 120 s after which the controller holds still and GpuTelemetryStale fires)")
 
 
 def _addresses(text: str, field: str) -> list[str]:
@@ -91,7 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="job name of the --targets (default: %(default)s)")
     parser.add_argument("--controller", default="", help=f"controller metrics endpoints, {_ADDRESS_HELP}")
     parser.add_argument("--cluster", default="local", help="value of the cluster label on every target")
-    parser.add_argument("--scrape-interval", default="5s", help="scrape and rule evaluation interval")
+    parser.add_argument("--scrape-interval", default="5s",
+                        help=f"scrape and rule evaluation interval, {LEAST_SCRAPE_S:g}s to {MOST_SCRAPE_S:g}s "
+                             "(default 5s; longer, readings age past the controller's 120 s staleness limit)")
     parser.add_argument("--rules", type=given("--rules"), nargs="*",
                         help="one or more rule files (left out: the repository's rules/*.yaml)")
     parser.add_argument("--out", type=given("--out"),
@@ -103,11 +114,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _scrape_interval(text: str) -> float:
+    """--scrape-interval in seconds, `LEAST_SCRAPE_S` to `MOST_SCRAPE_S`: 1ms, 10m and 1000d were all written into
+    prometheus.yml (`--config-only`) or run."""
     try:
-        parse_duration(args.scrape_interval)
+        seconds = parse_duration(text)
     except ValueError as exc:
-        raise InputError(None, "--scrape-interval", args.scrape_interval, "a duration like 1s, 15s, 1m") from exc
+        raise InputError(None, "--scrape-interval", text, SCRAPE_ALLOWED) from exc
+    if not LEAST_SCRAPE_S <= seconds <= MOST_SCRAPE_S:
+        raise InputError(None, "--scrape-interval", text, SCRAPE_ALLOWED)
+    return seconds
+
+
+def run(args: argparse.Namespace) -> int:
+    _scrape_interval(args.scrape_interval)
     cluster_name(args.cluster)   # the label the controller's --cluster selects by: the same values
     if args.port is not None and not 0 < args.port <= 65535:
         raise InputError(None, "--port", args.port, "1..65535")
