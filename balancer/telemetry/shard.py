@@ -212,6 +212,14 @@ class ShardedSource:
         self._answered: Mapping[str, object] = {}   # the node list's last answer with nodes (`_node_list`)
         self._absent: dict[str, float] = {}   # nodes of `_seen` the last answer lacks -> since when (`_node_list`)
         self._unlisted: dict[str, float] = {}   # nodes among `nodes` the node list's answers lack -> since when
+        # Both time a node missing from the node list, but not from the same start, so they are two maps. `_absent`
+        # starts at the first pruning that finds the last answer with nodes lacking it, at every ask, a failed one too:
+        # a node read while the list never answers is still forgotten in time (`_seen` bounded). `_unlisted` starts at
+        # the first answer that lacks it, never while the list fails or answers no node (fail-static): a dark node of
+        # the shard first read while the list failed is not dropped at the first answer after, none having lacked it
+        # for the bound (with a blip then, dropped and its model forgotten, it was no shard's when listed again:
+        # test_shard_seen_node_list_fails.py, the node first read while the node list failed). And `_unlisted` is of
+        # the term (`new_term` empties it with `nodes`), `_absent` is not (`_seen` outlives terms)
 
     def new_term(self) -> None:
         """This replica has just taken its shard's lead (`balancer.loop.Reconciler._take_office`): it starts with no

@@ -156,3 +156,29 @@ def test_the_model_of_a_node_the_shard_holds_is_kept_past_the_bound_so_a_new_ter
     inner.failing, inner.listed["n0"] = False, "b"
     shard.snapshot()
     assert shard.nodes == {"n0", "n2"}
+
+
+def test_a_dark_node_first_read_while_the_node_list_failed_stays_the_bound_after_the_first_answer_lacking_it():
+    """Shard b's n3 registers and is read while the node list fails, goes dark, and the first answer after the bound
+    lacks it (a blip: deleted and registered again). The node list has lacked it for one answer, not for the bound:
+    the shard keeps it (`listed_out` times it from that answer, `_unlisted`), and with it its model, so it holds the
+    shard still when listed again. Timed from the first pruning that found the failed list's last answer lacking it
+    (as `_absent` is, to keep `_seen` bounded while the list never answers), it was dropped at that answer and its
+    model forgotten: listed again, n3 failed the selector on model and was no shard's, its power caps lapsing."""
+    inner = with_n2()
+    shard = ShardedSource(inner, parse_selector("b", f"model={MODEL},{LABEL}=b"))
+    assert shard.snapshot().n_gpus == 4 and shard.nodes == {"n0", "n2"}
+    inner.failing = True
+    inner.labels["n3"], inner.shown = "b", ["n0", "n1", "n2", "n3"]   # n3 registers, labelled b, and is read
+    shard.snapshot()
+    assert shard.nodes == {"n0", "n2", "n3"}
+    inner.shown = ["n0", "n1", "n2"]   # n3 goes dark; the node list fails for the bound
+    shard.snapshot()
+    inner.now += UNLISTED_AFTER_S
+    shard.snapshot()
+    inner.failing = False   # the first answer lacks n3 (the blip) ...
+    shard.snapshot()
+    assert shard.nodes == {"n0", "n2", "n3"}
+    inner.listed["n3"] = "b"   # ... and the next lists it again, dark still
+    shard.snapshot()
+    assert shard.nodes == {"n0", "n2", "n3"}
