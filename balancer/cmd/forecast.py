@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     b.add_argument("--origin", default=None, help="servegen: timestamp of window_start_s = 0 (default 2024-01-01Z)")
     b.add_argument("--min-train-days", type=float, default=None,
                    help="history before the first scored origin (default 7, or half the trace if shorter)")
-    b.add_argument("--stride", type=int, default=1, help="score every N-th origin (1 = every step)")
+    b.add_argument("--stride", type=int, default=None, help="score every N-th origin (default 1: every step)")
     b.add_argument("--timezone", default="UTC", metavar="ZONE",
                    help="IANA time zone of the demand's day and week, e.g. Europe/Berlin (default UTC)")
     b.add_argument("--json", type=given("--json"), default=None, metavar="OUT",
@@ -77,6 +77,39 @@ def _whole_steps(args: argparse.Namespace, horizons: list[float], step: float | 
     except HorizonError as exc:
         raise InputError(args.trace, "--horizons", texts[exc.index], exc.allowed + (
             "; --step resamples the trace to another" if exc.between and not args.step else "")) from exc
+
+
+MAX_STEP_PAIRS = 1e9   # the outage mask reads each step against the day around it: 7.5e9 (1s, a day) took 60 s
+MAX_ORIGINS = 50_000   # forecasts made per model: about 2 ms each for the baselines alone, 30 ms for all models
+
+
+def _bounded(args: argparse.Namespace, y: pd.Series, step: float | None) -> None:
+    """A backtest on steps mostly empty, or that would run for hours, is refused before it starts: `--step 1s` on a
+    600 s trace made 1.8M steps (under the loader's MAX_STEPS), all but one in 600 empty, and ran for over 400 s."""
+    import numpy as np
+
+    if step is None:
+        return
+    given_step = f"{args.step}" if args.step else f"{step:g}s (the trace's own step)"
+    seen = np.flatnonzero(y.notna().to_numpy())
+    gap = int(np.median(np.diff(seen))) if seen.size > 1 else 1
+    if args.step and gap > 1:   # a requests log's steps are counts, never empty: only csv and servegen get here
+        raise InputError(args.trace, "--step", args.step, f"a step no finer than the trace's own ({gap * step:g}s, "
+                         f"the median gap between its observed steps): a finer one leaves {gap - 1} of every {gap} "
+                         "steps empty")
+    day = max(round(86400 / step), 3)
+    if len(y) * day > MAX_STEP_PAIRS:   # steps ~ span / step, day ~ 1 / step: the least step goes as a square root
+        least = math.ceil(math.sqrt(len(y) * step * 86400 / MAX_STEP_PAIRS))
+        raise InputError(args.trace, "--step", given_step, f"a --step of at least {least}s over this trace's span: "
+                         f"the backtest's outage mask reads each step against the day around it, at most "
+                         f"{MAX_STEP_PAIRS:g} such pairs", detail=f"{len(y)} steps x {day} a day")
+    origins = -(-len(y) // args.stride)
+    if origins > MAX_ORIGINS:
+        least = -(-len(y) // MAX_ORIGINS)
+        stride = args.stride if args.stride_given else f"{args.stride} (the default)"
+        raise InputError(args.trace, "--stride", stride, f"a --stride of at least {least}, or a coarser --step: "
+                         f"a backtest makes at most {MAX_ORIGINS} forecasts per model (each origin a forecast; "
+                         f"--stride N scores every N-th)", detail=f"{len(y)} steps of {given_step}")
 
 
 def _min_train_days(args: argparse.Namespace, y: pd.Series, step: float | None) -> float:
@@ -117,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         if m not in MODELS:
             raise InputError(None, "--models", m, ", ".join(sorted(MODELS)))
     distinct(models or [], "--models")
+    args.stride_given, args.stride = args.stride is not None, 1 if args.stride is None else args.stride
     if args.stride < 1:
         raise InputError(None, "--stride", args.stride, "an integer >= 1")
     if args.min_train_days is not None:
@@ -126,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     output_file(args.json, "--json", {"--trace": args.trace})
     y = load_demand(args.trace, args.format, args.step, origin=args.origin)
     step = pd.Timedelta(y.index.freq).total_seconds() if y.index.freq is not None else None
+    _bounded(args, y, step)
     _whole_steps(args, horizons, step)
     min_train_days = _min_train_days(args, y, step)
     t0 = time.perf_counter()
