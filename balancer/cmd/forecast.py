@@ -21,6 +21,8 @@ import pandas as pd
 from balancer.cmd._args import NegativeValues, distinct, given, number, output_file, report_to, write_json
 from balancer.errors import InputError
 
+HORIZONS = "1h,4h,24h"   # --horizons unless given
+
 
 def _split(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
@@ -35,8 +37,8 @@ def register(subparsers) -> None:
     b.add_argument("--trace", type=given("--trace"), required=True, help="CSV file, ServeGen folder or per-request CSV")
     b.add_argument("--format", default="csv", choices=["csv", "servegen", "requests"])
     b.add_argument("--step", default=None, help="resample to this step (default: the trace's own; 1min for requests)")
-    b.add_argument("--horizons", default="1h,4h,24h",
-                   help="comma-separated durations, each a whole number of the trace's steps")
+    b.add_argument("--horizons", default=None,
+                   help=f"comma-separated durations, each a whole number of the trace's steps (default {HORIZONS})")
     b.add_argument("--models", default=None, help="comma-separated model names (default: all)")
     b.add_argument("--origin", default=None, help="servegen: timestamp of window_start_s = 0 (default 2024-01-01Z)")
     b.add_argument("--min-train-days", type=float, default=None,
@@ -56,6 +58,7 @@ def _durations(args: argparse.Namespace) -> list[float]:
 
     if args.step is not None:
         parse_step(args.step, field="--step")
+    args.horizons_given, args.horizons = args.horizons is not None, HORIZONS if args.horizons is None else args.horizons
     horizons = [parse_step(h, field="--horizons").total_seconds() for h in _split(args.horizons)]
     if not horizons:
         raise InputError(None, "--horizons", args.horizons, "comma-separated durations such as 1h,4h,24h")
@@ -75,8 +78,12 @@ def _whole_steps(args: argparse.Namespace, horizons: list[float], step: float | 
     try:
         whole_steps(horizons, step, texts)
     except HorizonError as exc:
-        raise InputError(args.trace, "--horizons", texts[exc.index], exc.allowed + (
-            "; --step resamples the trace to another" if exc.between and not args.step else "")) from exc
+        # a horizon of the default, which the user never typed, is said to be one: the fix is to give --horizons
+        shown = texts[exc.index] if args.horizons_given else f"{texts[exc.index]} (the default --horizons {HORIZONS})"
+        allowed = exc.allowed + (f", here --step {args.step}" if args.step else "") + (
+            "; --step resamples the trace to another" if exc.between and not args.step else "")
+        raise InputError(args.trace, "--horizons", shown, allowed + (
+            "; give --horizons of such durations" if not args.horizons_given else "")) from exc
 
 
 MAX_STEP_PAIRS = 1e9   # the outage mask reads each step against the day around it: 7.5e9 (1s, a day) took 60 s
