@@ -27,7 +27,8 @@ DatetimeIndex at a regular step, with NaN where nothing was observed. Three form
   allowed; counted per step, divided by the step. The log is taken to cover the time from its first request to its
   last: a step it covers only in part, the last and the first unless the first request falls at its start, is not
   observed (NaN, as a gap), where its count read as demand undercounted it (630 s of 1 req/s was [1.00, 0.05] at
-  a 10-minute step).
+  a 10-minute step). A ``timestamp,value`` file, each time once and every value a number, is a demand trace read
+  with the wrong format (its ``value`` would be ignored): an InputError suggesting ``--format csv``.
 
 Cleaning rules (used for fitting and scoring, never to change what `load_demand` returns):
 
@@ -456,11 +457,26 @@ def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
         raise InputError(path, "rows", 0, "at least one request")
     step = step or pd.Timedelta("1min")
     index = to_utc(df[cols["timestamp"]], path, "timestamp")
+    _not_a_demand_trace(df, cols, index, path)
     rps = _regular(pd.Series(1.0, index=index), step, "sum", path).fillna(0.0) / step.total_seconds()
     if index.min() > rps.index[0]:   # the first step began before the log's first request: partly seen
         rps.iloc[0] = np.nan
     rps.iloc[-1] = np.nan   # the last ends after the log's last request
     return rps
+
+
+def _not_a_demand_trace(df: pd.DataFrame, cols: dict[str, str], index: pd.DatetimeIndex, path: str) -> None:
+    """A `timestamp,value` file, its values all numbers and each time once, is a demand trace (`--format csv`), not a
+    requests log: read as one, its rows were counted and `value` ignored, a trace of 5,000 req/s backtested as one
+    request a step (exit 0). A log with any other column (a latency, a status) or several requests at one time is
+    a requests log and is read as one."""
+    if sorted(cols) != ["timestamp", "value"] or index.has_duplicates:
+        return
+    column = df[cols["value"]]
+    if column.notna().any() and pd.to_numeric(column, errors="coerce").notna().sum() == column.notna().sum():
+        raise InputError(path, "value", f"a column of {int(column.notna().sum())} numbers", "a requests log: one row "
+                         "per request, no 'value' column (a timestamp,value file with each time once is a demand "
+                         "trace: --format csv)", detail="--format requests counts rows and would ignore 'value'")
 
 
 def _origin(origin: str | pd.Timestamp | None, path: str) -> pd.Timestamp:

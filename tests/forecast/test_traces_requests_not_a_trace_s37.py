@@ -1,0 +1,40 @@
+"""A `timestamp,value` demand trace read as `--format requests` is refused, naming the column and `--format csv`.
+
+Before: its rows were counted, one request each, and `value` silently ignored: a trace of thousands of req/s loaded
+as one request a step (exit 0). A requests log with any other column, or several requests at one time, is still
+read as one (`value` then may be anything the log records).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from balancer.errors import InputError
+from balancer.forecast.traces import load_demand
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_a_demand_trace_read_as_requests_is_refused(tmp_path):
+    trace = _write(tmp_path / "t.csv", "Timestamp,Value\n" + "".join(f"{60 * i},{5000 + i}\n" for i in range(30)))
+    with pytest.raises(InputError) as info:
+        load_demand(trace, "requests")
+    message = str(info.value)
+    assert message.startswith(f"{trace}: field 'value': invalid value 'a column of 30 numbers'; allowed: a requests "
+                              "log"), message
+    assert "--format csv" in message and "ignore 'value'" in message, message
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("timestamp,value,latency_s\n" + "".join(f"{i},{i % 3},0.2\n" for i in range(0, 600, 5)),
+                 id="another column"),
+    pytest.param("timestamp,value\n" + "".join(f"{i - i % 10},{i}\n" for i in range(0, 600, 5)),
+                 id="two requests at one time"),
+    pytest.param("timestamp,value\n" + "".join(f"{i},ok\n" for i in range(0, 600, 5)), id="value not numbers"),
+])
+def test_a_requests_log_with_a_value_column_is_still_counted(tmp_path, text):
+    y = load_demand(_write(tmp_path / "r.csv", text), "requests", step="1min")
+    assert y.dropna().gt(0).all() and y.notna().sum() >= 2
