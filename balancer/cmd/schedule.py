@@ -2,7 +2,7 @@
 
     gputide schedule [--kubeconfig PATH] [--scheduler-name gputide] [--policy gputide] [--interval 2s] [--once]
                      [--prometheus URL [--cluster NAME] [--stale-after 2m]]
-                     [--leader-elect] [--lease-name gputide-scheduler] [--lease-namespace NS]
+                     [--leader-elect [--lease-name gputide-scheduler] [--lease-namespace NS]]
                      [--metrics-port 9837] [--no-preemption] [--starving-after 10m]
                      [--emergency-stop-file PATH] [--controller-policy FILE]
 
@@ -101,9 +101,10 @@ def register(subparsers) -> None:
                         f"thermal headroom (default {MOST_STALE_S:.0f}s, GpuTelemetryStale's age, gputide run's "
                         f"default; {STALE_FLOOR_S:.0f}s to {MOST_STALE_S:.0f}s); at least the scrape interval + 30s")
     p.add_argument("--leader-elect", action="store_true", help="bind only while holding the Lease")
-    p.add_argument("--lease-name", type=given("--lease-name", "a name"), default=LEASE_NAME)
+    p.add_argument("--lease-name", type=given("--lease-name", "a name"), default=LEASE_NAME,
+                   help=f"with --leader-elect: the Lease (default {LEASE_NAME}; a DNS-1123 subdomain)")
     p.add_argument("--lease-namespace", type=given("--lease-namespace", "a name"), default=None,
-                   help="default: the pod's own namespace")
+                   help="with --leader-elect: the Lease's namespace (default: the pod's own; a DNS-1123 label)")
     p.add_argument("--no-preemption", action="store_true",
                    help="never evict pods of lower priority to make room for a pod that fits nowhere")
     p.add_argument("--emergency-stop-file", type=given("--emergency-stop-file"), default=None, metavar="PATH",
