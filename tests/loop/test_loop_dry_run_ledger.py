@@ -104,3 +104,32 @@ def test_a_dry_run_hands_on_the_ledger_it_inherited_and_none_of_what_it_would_ha
     dry.elector.release()   # the dry run stops; a live controller takes the Lease and inherits its budget whole
     live = _replica("live", LIVE, lease, path, clock, [])
     assert sum(1 for r in live.run_once().results if r.outcome == Outcome.APPLIED) == 2
+
+
+def test_a_dry_run_keeps_a_pod_off_a_node_its_what_if_ledger_holds_full_until_that_move_settles():
+    """The guard's full nodes, asked each cycle to let a pod back where it was kept off (`planner.still_full`), are
+    counted with the what-if ledger in a dry run (`_WhatIf.full_nodes`), as the review counts them. A move the dry
+    run "did" to n1 at T0-10 settles there until T0+50 (migrationSettleS 60 s; one migration a node): at T0+10 web-0
+    is refused n1 (full) and kept off it, then off n2 (the same move's source); throttled meanwhile, it goes to n1 at
+    T0+50. Counted on the live ledger alone, n1 read free every cycle: the pod was proposed n1 again at each, and
+    refused for max_concurrent_migrations each time."""
+    clock = [1000.0]
+    web = workload("web-0", owner="web")
+
+    class Src:
+        def snapshot(self):
+            return snapshot(FL, workloads=[(web, (0,))], temps={0: 86}, time=clock[0])
+
+    rec = Reconciler(source=Src(), actuator=DryRunActuator(), clock=lambda: clock[0],
+                     policy=BalancerPolicy(safety=SafetyPolicy(max_concurrent_migrations_per_node=1)))
+    rec.what_if = SafetyLedger(migrations=((clock[0] - 10.0, "n2", "n1", "svc-y"),))
+    moves, refused = [], []
+    for _ in range(6):   # T0 .. T0+50
+        report = rec.run_once()
+        moves.append([a.target_node for a in report.plan.actions if isinstance(a, Migrate)])
+        refused.append([(a.target_node, why) for a, why in report.rejected if isinstance(a, Migrate)])
+        clock[0] += 10.0
+    assert moves == [[], ["n1"], ["n2"], [], [], ["n1"]], moves   # mutated: n1 at every cycle from T0+10
+    assert refused == [[], [("n1", "max_concurrent_migrations")], [("n2", "max_concurrent_migrations")], [], [],
+                       []], refused
+    assert rec.ledger.migrations == ()   # none of it the live ledger's
