@@ -118,11 +118,11 @@ def _refused_scale(result: ActionResult) -> bool:
 
 
 def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]
-                    ) -> tuple[list[Action], list[Action], list[Action]]:
+                    ) -> tuple[list[Action], list[Action]]:
     """The guard's refusals as `planner.refuse` takes them: the actions whose workloads are not moved for a while,
-    the moves kept off nodes only (`targets`), and those of them kept off only while the guard counts their node full
-    (`full`: all of them). One refused for its target node alone (`MaxConcurrentMigrations.target_only`) is kept off
-    its target and every node that replacements still landing past `migrationSettleS` alone hold at the limit
+    and the moves kept off nodes only (`targets`, each kept off only while the guard counts its node full:
+    `refuse(..., guard=True)`). One refused for its target node alone (`MaxConcurrentMigrations.target_only`) is kept
+    off its target and every node that replacements still landing past `migrationSettleS` alone hold at the limit
     (`full_nodes`), one move per node: the planner does not count migrations in flight, and kept off its target alone
     the pod was proposed the next-best full node each cycle, one refused per cycle, its hot GPU throttled only once all
     had been. Those nodes free when the replacements land, which the planner does not see either: the loop asks the
@@ -138,7 +138,7 @@ def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]
             nodes += [replace(a, target_node=n) for n in sorted(exc.full_nodes | {a.target_node})]
         else:
             whole.append(a)
-    return whole, nodes, list(nodes)
+    return whole, nodes
 
 
 class _WhatIf:
@@ -301,8 +301,8 @@ class Reconciler:
                 self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
             # a refused migration is not offered again for a while: its hot GPU is throttled instead; one refused for
             # its target node alone is kept off the full nodes only (`_guard_refusals`)
-            whole, kept_off, full = _guard_refusals(review.rejected)
-            self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, full=full)
+            whole, kept_off = _guard_refusals(review.rejected)
+            self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, guard=True)
             refused = [a for a, exc in review.rejected if not isinstance(exc, EmergencyStop)]
             accepted = list(review.accepted)
             if accepted:

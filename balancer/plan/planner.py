@@ -267,17 +267,19 @@ def _first_nodes(snapshot: ClusterSnapshot) -> dict[str, Node]:
 
 
 def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: Iterable[Action] = (),
-           scales: Iterable[Action] = (), full: Iterable[Action] = ()) -> PlannerState:
+           scales: Iterable[Action] = (), guard: bool = False) -> PlannerState:
     """Fold migrations the guard refused or the actuator could not carry out into the state: the planner does not
     propose moving those workloads again for `hotspots.refusedRetryS`, so a hot GPU whose pod cannot move is throttled
     instead of being offered the same refused move every cycle. `targets`: migrations refused for their target alone,
     by the actuator (`ActionResult.refused`) or by the guard (`MaxConcurrentMigrations.target_only`: the loop passes
     one per node at `maxConcurrentMigrationsPerNode`, the target among them): for `hotspots.refusedTargetRetryS`
-    their workloads are not moved to those nodes, and may be moved elsewhere at once. `full`: those of `targets` the
-    guard kept off as full (the loop passes every pair of its refusals here, `loop._guard_refusals`, so a pair left
-    unmarked is the actuator's): kept off only while it still counts that node full (`still_full`),
+    their workloads are not moved to those nodes, and may be moved elsewhere at once. `guard`: `targets` are the
+    guard's, kept off as full (`loop._guard_refusals`), each marked so (`full_targets`); False: the actuator's, left
+    unmarked. A pair marked is kept off only while the guard still counts that node full (`still_full`),
     `refusedTargetRetryS` at most; a pair already kept off for the actuator's cause, which the guard does not count,
-    is not marked (its `refusedTargetRetryS` restarts), and one the actuator refuses loses its mark. `scales`:
+    is not marked (its `refusedTargetRetryS` restarts), and one the actuator refuses loses its mark. A flag, not a
+    list of the guard's pairs beside `targets` (as before): the loop passed the same pairs as both, and a list let
+    a caller mark pairs it did not keep off, or leave some of the guard's unmarked. `scales`:
     `ScaleInference`s the actuator failed for good: their services are not scaled for `safety.cooldownS` ("Refused
     scales")."""
     refused = {a.workload: now for a in actions if isinstance(a, Migrate)}
@@ -286,7 +288,7 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
     if not refused and not at and not services:
         return state
     other = state.refused_targets.keys() - state.full_targets   # kept off for a cause the guard does not count
-    marked = {(a.workload, a.target_node) for a in full if isinstance(a, Migrate)} - other
+    marked = at.keys() - other if guard else set()
     return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **refused}),
                    refused_targets=MappingProxyType({**state.refused_targets, **at}),
                    full_targets=frozenset((state.full_targets - at.keys()) | marked),

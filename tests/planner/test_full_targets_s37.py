@@ -1,4 +1,4 @@
-"""`planner.refuse(..., full=...)` and `planner.still_full`: a pod the guard kept off a node full with replacements
+"""`planner.refuse(..., guard=True)` and `planner.still_full`: a pod the guard kept off a node full with replacements
 still landing is let back there once the guard no longer counts the node full, not `refusedTargetRetryS` after;
 a pair kept off for the actuator's cause (which the guard does not count) is not, and the guard is not asked while
 no pod is kept off as full."""
@@ -18,8 +18,8 @@ def never() -> frozenset[str]:
 
 
 def test_a_full_node_is_let_back_once_the_guard_no_longer_counts_it_full() -> None:
-    state = refuse(PlannerState(), (), 1000.0, targets=[move("n1"), move("n2"), move("n3")],
-                   full=[move("n1"), move("n2")])   # n3: in targets alone, as the actuator refuses
+    state = refuse(PlannerState(), (), 1000.0, targets=[move("n1"), move("n2")], guard=True)
+    state = refuse(state, (), 1000.0, targets=[move("n3")])   # n3: the actuator's refusal, unmarked
     assert state.full_targets == {("inference/web-0", "n1"), ("inference/web-0", "n2")}
     assert still_full(state, lambda: {"n1", "n2"}) is state
     after = still_full(state, lambda: {"n2", "n9"})   # n1's replacement runs
@@ -30,12 +30,12 @@ def test_a_full_node_is_let_back_once_the_guard_no_longer_counts_it_full() -> No
 
 def test_a_pair_the_actuator_refused_is_not_let_back_by_the_guards_count() -> None:
     state = refuse(PlannerState(), (), 1000.0, targets=[move("n1")])   # the actuator's refusal (topology spread)
-    # the guard then refusing n2 as full and naming n1 full too, as the loop passes it (full == targets)
-    state = refuse(state, (), 1030.0, targets=[move("n2"), move("n1")], full=[move("n2"), move("n1")])
+    # the guard then refusing n2 as full and naming n1 full too
+    state = refuse(state, (), 1030.0, targets=[move("n2"), move("n1")], guard=True)
     assert state.full_targets == {("inference/web-0", "n2")}   # n1 stays the actuator's
     assert set(still_full(state, frozenset).refused_targets) == {("inference/web-0", "n1")}
     # the actuator refusing a pair kept off as full: its cause holds, the guard's count no longer ends it
-    state = refuse(PlannerState(), (), 1000.0, targets=[move("n1")], full=[move("n1")])
+    state = refuse(PlannerState(), (), 1000.0, targets=[move("n1")], guard=True)
     state = refuse(state, (), 1030.0, targets=[move("n1")])
     assert state.full_targets == frozenset()
     assert set(still_full(state, frozenset).refused_targets) == {("inference/web-0", "n1")}
