@@ -240,8 +240,10 @@ class ControllerMetrics:
             ["cause"], registry=r)
         self.exclusions = Gauge(
             "gputide_migration_exclusions", "Migrations the planner holds back after refusals, by scope: target, "
-            "(workload, node) pairs the actuator refused as a target (moved elsewhere meanwhile); workload, "
-            "workloads not moved at all (refused by the safety guard or failed otherwise).", ["scope"], registry=r)
+            "(workload, node) pairs the actuator refused as a target, or the safety guard kept off as full at "
+            "maxConcurrentMigrationsPerNode until it no longer counts the node full (moved elsewhere meanwhile); "
+            "workload, workloads not moved at all (the safety guard's other refusals, the actuator's other failures).",
+            ["scope"], registry=r)
         self.watches = WatchGauges(r)
         for result in ("ok", "fail_static", "error"):
             self.reconcile_total.labels(result=result)
