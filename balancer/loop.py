@@ -315,8 +315,10 @@ class Reconciler:
                     self._settle(done, fresh, now)
         finally:
             self._unsent(before, plan.actions, done, refused)
+            # this cycle's refusals and releases (`still_full`), whatever ended it: set only once the cycle got
+            # through, the gauge missed those of a cycle held on a stale fresh snapshot (it returns above)
+            self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
         self.metrics.eviction_budget.set(self.handover.remaining_evictions(self._guard(), self.ledger, now))
-        self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
         return CycleReport("ok", plan=plan, results=[r for r, _ in done], rejected=rejected)
 
     def _observe(self, now: float, when: str) -> ClusterSnapshot | CycleReport:

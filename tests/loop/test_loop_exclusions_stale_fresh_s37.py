@@ -1,0 +1,55 @@
+"""`gputide_migration_exclusions` counts a cycle's refusals however the cycle ends. A cycle whose fresh snapshot
+before acting is stale holds (fail-static) after the guard's review has refused a move; the refusal is in the
+planner's state, yet the gauge was set at the cycle's end only, so it read the last cycle's count (review s37r4)."""
+
+from __future__ import annotations
+
+from loop_helpers import make_fleet, snapshot, workload
+from prometheus_client import CollectorRegistry
+
+from balancer.actuate.base import ActionResult, Outcome
+from balancer.config import BalancerPolicy, SafetyPolicy
+from balancer.errors import TelemetryUnavailable
+from balancer.loop import Reconciler
+from balancer.metrics import ControllerMetrics
+from balancer.safety import SafetyLedger
+
+FL = make_fleet(3, 4)
+T0 = 1000.0
+
+
+class Source:
+    """web-0 on a hot GPU of n0; `reads_left` reads more answer before Prometheus goes down (None: all)."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock, self.reads_left = clock, None
+
+    def snapshot(self):
+        if self.reads_left is not None:
+            if self.reads_left == 0:
+                raise TelemetryUnavailable("prometheus down")
+            self.reads_left -= 1
+        return snapshot(FL, workloads=[(workload("web-0", owner="web"), (0,))], temps={0: 86}, time=self.clock[0])
+
+
+class Live:
+    name = "live"
+
+    def apply(self, action, snap):
+        return ActionResult(action, Outcome.APPLIED)
+
+
+def test_a_cycle_held_on_a_stale_fresh_snapshot_still_counts_its_refusals():
+    """svc-y's move to n1 settles until T0+50 (one migration a node): at T0+10 the planner taints n0 and moves web-0
+    to n1; the guard refuses the move (n1 full) and accepts the taint, and the fresh read before acting fails."""
+    clock, registry = [T0], CollectorRegistry()
+    source = Source(clock)
+    rec = Reconciler(source=source, actuator=Live(), clock=lambda: clock[0], metrics=ControllerMetrics(registry),
+                     policy=BalancerPolicy(safety=SafetyPolicy(max_concurrent_migrations_per_node=1)))
+    rec.ledger = SafetyLedger(migrations=((T0 - 10.0, "n2", "n1", "svc-y"),))
+    assert rec.run_once().status == "ok"   # one hot reading: nothing planned yet
+    clock[0], source.reads_left = T0 + 10.0, 1   # the planning read answers, the fresh one does not
+    report = rec.run_once()
+    assert (report.status, report.reason) == ("fail_static", "telemetry_unavailable"), report
+    assert set(rec.state.refused_targets) == {("inference/web-0", "n1")}
+    assert registry.get_sample_value("gputide_migration_exclusions", {"scope": "target"}) == 1   # before: 0
