@@ -316,8 +316,11 @@ class Reconciler:
         finally:
             self._unsent(before, plan.actions, done, refused)
             # this cycle's refusals and releases (`still_full`), whatever ended it: set only once the cycle got
-            # through, the gauge missed those of a cycle held on a stale fresh snapshot (it returns above)
-            self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
+            # through, the gauge missed those of a cycle held on a stale fresh snapshot (it returns above). Not on a
+            # replica demoted meanwhile (`_lead`: `ControllerMetrics.standby` zeroed it): set again, a standby
+            # reported them until it led again
+            if self._leading:
+                self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
         self.metrics.eviction_budget.set(self.handover.remaining_evictions(self._guard(), self.ledger, now))
         return CycleReport("ok", plan=plan, results=[r for r, _ in done], rejected=rejected)
 

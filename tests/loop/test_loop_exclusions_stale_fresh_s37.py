@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.config import BalancerPolicy, SafetyPolicy
 from balancer.errors import TelemetryUnavailable
-from balancer.loop import Reconciler
+from balancer.loop import InMemoryLeaderElector, InMemoryLease, Reconciler
 from balancer.metrics import ControllerMetrics
 from balancer.safety import SafetyLedger
 
@@ -19,12 +19,14 @@ T0 = 1000.0
 
 
 class Source:
-    """web-0 on a hot GPU of n0; `reads_left` reads more answer before Prometheus goes down (None: all)."""
+    """web-0 on a hot GPU of n0; `reads_left` reads more answer before Prometheus goes down (None: all);
+    `during_read()` runs inside each read (a read that takes long)."""
 
     def __init__(self, clock: list[float]) -> None:
-        self.clock, self.reads_left = clock, None
+        self.clock, self.reads_left, self.during_read = clock, None, lambda: None
 
     def snapshot(self):
+        self.during_read()
         if self.reads_left is not None:
             if self.reads_left == 0:
                 raise TelemetryUnavailable("prometheus down")
@@ -53,3 +55,30 @@ def test_a_cycle_held_on_a_stale_fresh_snapshot_still_counts_its_refusals():
     assert (report.status, report.reason) == ("fail_static", "telemetry_unavailable"), report
     assert set(rec.state.refused_targets) == {("inference/web-0", "n1")}
     assert registry.get_sample_value("gputide_migration_exclusions", {"scope": "target"}) == 1   # before: 0
+
+
+def test_a_replica_that_lost_the_lease_mid_cycle_no_longer_counts_its_refusals():
+    """The same refusal at T0+10, the fresh read taking 100 s while replica b takes the Lease over: a is demoted
+    before acting (`ControllerMetrics.standby` zeroes the gauge), and the gauge stays at 0 on a replica that does not
+    lead. Before, the cycle set it again at its end, and the standby reported the refusal until it led again."""
+    clock, registry, lease = [T0], CollectorRegistry(), InMemoryLease(duration_s=90.0)
+    source = Source(clock)
+    rec = Reconciler(source=source, actuator=Live(), clock=lambda: clock[0], metrics=ControllerMetrics(registry),
+                     elector=InMemoryLeaderElector(lease, "a"),
+                     policy=BalancerPolicy(safety=SafetyPolicy(max_concurrent_migrations_per_node=1)))
+    rec.ledger = SafetyLedger(migrations=((T0 - 10.0, "n2", "n1", "svc-y"),))
+    rec.run_once()
+    clock[0] = T0 + 10.0
+    reads = [0]
+
+    def slow_fresh_read():
+        reads[0] += 1
+        if reads[0] == 2:   # the fresh read: a's Lease expires, b takes it over
+            clock[0] += 100.0
+            assert InMemoryLeaderElector(lease, "b").try_acquire(clock[0])
+
+    source.during_read = slow_fresh_read
+    report = rec.run_once()
+    assert [why for _, why in report.rejected] == ["max_concurrent_migrations", "not_leader"], report.rejected
+    assert registry.get_sample_value("gputide_leader", {"lease": ""}) == 0
+    assert registry.get_sample_value("gputide_migration_exclusions", {"scope": "target"}) == 0   # before: 1
