@@ -466,17 +466,29 @@ def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
 
 
 def _not_a_demand_trace(df: pd.DataFrame, cols: dict[str, str], index: pd.DatetimeIndex, path: str) -> None:
-    """A `timestamp,value` file, its values all numbers and each time once, is a demand trace (`--format csv`), not a
-    requests log: read as one, its rows were counted and `value` ignored, a trace of 5,000 req/s backtested as one
-    request a step (exit 0). A log with any other column (a latency, a status) or several requests at one time is
-    a requests log and is read as one."""
-    if sorted(cols) != ["timestamp", "value"] or index.has_duplicates:
+    """A `timestamp,value` file, its values all numbers, each time once and the times evenly spaced, is a demand
+    trace (`--format csv`), not a requests log: read as one, its rows were counted and `value` ignored, a trace of
+    5,000 req/s backtested as one request a step (exit 0). A log with any other column (a latency, a status),
+    several requests at one time or irregular times (arrivals: a light log stamped in µs, its `value` the tokens
+    of each request, has each time once too) is a requests log and is read as one."""
+    if sorted(cols) != ["timestamp", "value"] or index.has_duplicates or not _evenly_spaced(index):
         return
     column = df[cols["value"]]
     if column.notna().any() and pd.to_numeric(column, errors="coerce").notna().sum() == column.notna().sum():
         raise InputError(path, "value", f"a column of {int(column.notna().sum())} numbers", "a requests log: one row "
                          "per request, no 'value' column (a timestamp,value file with each time once is a demand "
-                         "trace: --format csv)", detail="--format requests counts rows and would ignore 'value'")
+                         "trace: --format csv)", detail="--format requests counts rows and would ignore 'value' "
+                         "(a requests log: rename or drop `value`)")
+
+
+def _evenly_spaced(index: pd.DatetimeIndex) -> bool:
+    """True when at least half the gaps between sorted times lie within 10% of their median, as a demand trace's
+    do (a scrape jittered by 5 s around each minute: all of them); arrivals seldom do (a Poisson log: about 7%)."""
+    gaps = np.diff(np.sort(index.asi8)).astype(float)
+    if gaps.size == 0:
+        return True
+    median = float(np.median(gaps))
+    return bool(np.mean(np.abs(gaps - median) <= 0.1 * median) >= 0.5)
 
 
 def _origin(origin: str | pd.Timestamp | None, path: str) -> pd.Timestamp:
