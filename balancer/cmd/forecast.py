@@ -100,10 +100,13 @@ def _bounded(args: argparse.Namespace, y: pd.Series, step: float | None) -> None
     given_step = f"{args.step}" if args.step else f"{step:g}s (the trace's own step)"
     seen = np.flatnonzero(y.notna().to_numpy())
     gap = int(np.median(np.diff(seen))) if seen.size > 1 else 1
-    if args.step and gap > 1:   # a requests log's steps are counts, never empty: only csv and servegen get here
-        raise InputError(args.trace, "--step", args.step, f"a step no finer than the trace's own ({gap * step:g}s, "
-                         f"the median gap between its observed steps): a finer one leaves {gap - 1} of every {gap} "
-                         "steps empty")
+    # a requests log's steps are counts, never empty: only csv and servegen get here. The trace's own step is the
+    # one its loader uses without --step: a trace with empty values loads at it, its observed steps further apart
+    own, what = y.attrs.get("own_step_s"), y.attrs.get("own_step_what", "the median gap between its observed steps")
+    if args.step and gap > 1 and (own is None or step < own):
+        own = gap * step if own is None else own
+        raise InputError(args.trace, "--step", args.step, f"a step no finer than the trace's own ({own:g}s, {what}): "
+                         f"a finer one leaves {gap - 1} of every {gap} steps empty")
     day = max(round(86400 / step), 3)
     if len(y) * day > MAX_STEP_PAIRS:   # steps ~ span / step, day ~ 1 / step: the least step goes as a square root
         least = math.ceil(math.sqrt(len(y) * step * 86400 / MAX_STEP_PAIRS))

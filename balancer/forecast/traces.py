@@ -391,14 +391,25 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
                          "series: export sum(...) rather than one series per label set, an HA pair deduplicated)",
                          detail=f"row {row + 2} repeats {index[row].isoformat()} of row {earlier + 2}")
     series = pd.Series(values.to_numpy(float), index=index)
+    diffs = np.diff(np.sort(index.as_unit("ns").asi8))
+    diffs = diffs[diffs > 0]
+    own = Decimal(repr(float(np.median(diffs)))) / 1_000_000_000 if diffs.size else None
     if step is None:
-        diffs = np.diff(np.sort(index.as_unit("ns").asi8))
-        diffs = diffs[diffs > 0]
-        if not diffs.size:
+        if own is None:
             raise InputError(path, "timestamp", "one distinct time", "at least two distinct timestamps")
-        step = own_step(Decimal(repr(float(np.median(diffs)))) / 1_000_000_000, path, "timestamp",
-                        "the median gap between its times")
-    return _regular(series, step, "mean", path)
+        step = own_step(own, path, "timestamp", "the median gap between its times")
+    out = _regular(series, step, "mean", path)
+    if own is not None:
+        _own_step_of(out, _whole_us(own), "the median gap between its times")
+    return out
+
+
+def _own_step_of(out: pd.Series, own: pd.Timedelta, what: str) -> None:
+    """Keeps on the loaded trace the step it loads at without --step (`what`: how it was read off the trace): a
+    --step is finer than the trace only when finer than this. Its empty steps said nothing: a 1-min trace with
+    every other value empty loads at 1 min, yet `--step 1min` was refused as finer than its own (120 s)."""
+    out.attrs["own_step_s"] = own.total_seconds()
+    out.attrs["own_step_what"] = what
 
 
 def own_step(seconds: Decimal, path: str, field: str, what: str) -> pd.Timedelta:
@@ -446,7 +457,9 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
     index = origin + pd.to_timedelta(first + native * np.arange(len(total)), unit="s")
     series = pd.Series(total, index=index)
     step = step or own_step(Decimal(repr(float(native))), path, "window_start_s", "the clients' window")
-    return _regular(series, step, "mean", path)
+    out = _regular(series, step, "mean", path)
+    _own_step_of(out, _whole_us(Decimal(repr(float(native)))), "the clients' window")
+    return out
 
 
 def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:

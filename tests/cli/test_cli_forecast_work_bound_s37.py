@@ -26,7 +26,7 @@ def test_a_step_finer_than_the_trace_s_own_is_refused(tmp_path, capsys):
     trace.write_text("timestamp,value\n" + "".join(f"{600 * i},{1 + i % 5}\n" for i in range(3000)))
     line = _error(capsys, main(BACKTEST + ["--trace", str(trace), "--step", "1s"]))
     assert line == (f"gputide: error: {trace}: field '--step': invalid value '1s'; allowed: a step no finer than the "
-                    "trace's own (600s, the median gap between its observed steps): a finer one leaves 599 of every "
+                    "trace's own (600s, the median gap between its times): a finer one leaves 599 of every "
                     "600 steps empty"), line
 
 
