@@ -108,11 +108,12 @@ def _bounded(args: argparse.Namespace, y: pd.Series, step: float | None) -> None
         raise InputError(args.trace, "--step", args.step, f"a step no finer than the trace's own ({own:g}s, {what}): "
                          f"a finer one leaves {gap - 1} of every {gap} steps empty")
     day = max(round(86400 / step), 3)
-    if len(y) * day > MAX_STEP_PAIRS:   # steps ~ span / step, day ~ 1 / step: the least step goes as a square root
-        least = math.ceil(math.sqrt(len(y) * step * 86400 / MAX_STEP_PAIRS))
+    if len(y) * day > MAX_STEP_PAIRS:
+        least = _least_step(len(y) * step, args.stride)
         raise InputError(args.trace, "--step", given_step, f"a --step of at least {least}s over this trace's span: "
                          f"the backtest's outage mask reads each step against the day around it, at most "
-                         f"{MAX_STEP_PAIRS:g} such pairs", detail=f"{len(y)} steps x {day} a day")
+                         f"{MAX_STEP_PAIRS:g} such pairs, and makes at most {MAX_ORIGINS} forecasts per model "
+                         f"(here at --stride {args.stride})", detail=f"{len(y)} steps x {day} a day")
     origins = -(-len(y) // args.stride)
     if origins > MAX_ORIGINS:
         least = -(-len(y) // MAX_ORIGINS)
@@ -120,6 +121,19 @@ def _bounded(args: argparse.Namespace, y: pd.Series, step: float | None) -> None
         raise InputError(args.trace, "--stride", stride, f"a --stride of at least {least}, or a coarser --step: "
                          f"a backtest makes at most {MAX_ORIGINS} forecasts per model (each origin a forecast; "
                          f"--stride N scores every N-th)", detail=f"{len(y)} steps of {given_step}")
+
+
+def _least_step(span: float, stride: int) -> int:
+    """The least whole --step in seconds that keeps a trace spanning `span` seconds under both limits: its steps
+    against the day around each (steps ~ span / step, day ~ 1 / step: a square root) and its origins at `stride`.
+    The pairs' least alone, suggested on a trace over 2.5 days, was refused next for its origins (21 days at 13 s:
+    139,568 origins). Counted with a step more than the span gives, where the resampled trace's ends fall."""
+    least = max(math.ceil(math.sqrt(span * 86400 / MAX_STEP_PAIRS)), math.ceil(span / (MAX_ORIGINS * stride)))
+    while True:
+        steps = int(span // least) + 2
+        if steps * max(round(86400 / least), 3) <= MAX_STEP_PAIRS and -(-steps // stride) <= MAX_ORIGINS:
+            return least
+        least += 1
 
 
 def _min_train_days(args: argparse.Namespace, y: pd.Series, step: float | None) -> float:
