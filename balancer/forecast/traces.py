@@ -227,14 +227,29 @@ def _bad_time(raw: pd.Series, numeric: pd.Series) -> tuple[int, str]:
     on row 51, the first cell (`0`) on row 2. A column whose cells are each one or the other mixes the
     two forms: the first cell of the less common one is named."""
     is_number = numeric.notna().to_numpy()
-    bad = next((i for i, v in enumerate(raw) if not is_number[i] and _not_a_time(v)), None)
-    if bad is not None:
-        return bad, ISO_OR_EPOCH
+    bad = np.flatnonzero(_not_times(raw, is_number))
+    if bad.size:
+        return int(bad[0]), ISO_OR_EPOCH
     times = raw.notna().to_numpy() & ~is_number   # ISO-8601 cells, an empty one aside
     minority = times if times.sum() < is_number.sum() else is_number
     if not minority.any():   # no cell to blame found: the first, as before
         return 0, ISO_OR_EPOCH
     return int(np.flatnonzero(minority)[0]), f"{ISO_OR_EPOCH}, one of them in the whole column"
+
+
+def _not_times(raw: pd.Series, is_number: np.ndarray) -> np.ndarray:
+    """Which cells are neither a number nor an ISO-8601 time (`_not_a_time`), the column parsed at once: cell by
+    cell, a 200,000-row ISO-8601 column with one epoch number on row 2 took 13 s to be refused."""
+    cells = raw.to_numpy(object)
+    texts = np.fromiter((isinstance(v, str) for v in cells), bool, len(cells)) & ~is_number
+    out = ~texts & ~is_number & raw.notna().to_numpy()   # neither text nor a number nor empty: a bool, no time
+    if texts.any():
+        try:
+            parsed = pd.to_datetime(pd.Series(cells[texts]).map(_iso), errors="coerce", utc=True, format="ISO8601")
+            out[texts] = pd.isna(parsed)
+        except (ValueError, TypeError, OverflowError):   # some cell pandas would not even coerce: one by one
+            out[texts] = [_not_a_time(v) for v in cells[texts]]
+    return out
 
 
 def _not_a_time(value: object) -> bool:
