@@ -125,8 +125,8 @@ class Binder:
         self._assumed[req["name"]] = Assumed(now, Usage(
             node, req["num_gpu"], req["cpu_milli"], req["memory_mib"], tuple(sorted(req["extended"].items())),
             req["name"], req["priority"], now, tuple(sorted(req["labels"].items())),
-            req["pod_affinity"].anti if req["pod_affinity"] else (), req.get("host_ports") or frozenset()),
-            req.get("uid") or "", now)
+            req["pod_affinity"].anti if req["pod_affinity"] else (), req.get("host_ports") or frozenset(),
+            req.get("uid") or ""), req.get("uid") or "", now)
 
     def _bound_to(self, req: Json, node: Json) -> str:
         """`req` is bound to `node`: assumed there, and the reservation it used up there released: the node given

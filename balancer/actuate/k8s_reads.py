@@ -171,7 +171,7 @@ class Usage(NamedTuple):
     labels: tuple[tuple[str, str], ...] = ()
     anti: tuple[AffinityTerm, ...] = ()   # its required pod anti-affinity terms (they keep other pods away)
     host_ports: frozenset[HostPort] = frozenset()   # the host ports it takes on its node (NodePorts)
-    uid: str = ""                         # which pod of its name it is ("" for one read without, or assumed)
+    uid: str = ""                         # which pod of its name it is ("" for one read without)
     terminating: bool = False             # being deleted (`deletionTimestamp`): still bound while its grace runs
 
 

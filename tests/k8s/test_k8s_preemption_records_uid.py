@@ -58,3 +58,12 @@ def test_a_victim_made_again_under_its_name_is_not_passed_over(kube: FakeKube, a
     assert "default/urgent" in reservations(kube, "a")                 # preempts there: the new p asked
     assert len(tries) == 4 * UNANSWERED_ASKS + 4
     assert "passed over" not in sched.reasons["default/urgent"]
+
+
+def test_an_assumed_pod_carries_its_uid(kube: FakeKube, api, clock):
+    """A pod this scheduler has just bound is counted on its node before the caches show it (assumed): with its
+    uid, so a victim made again under its name and bound here by gputide is not taken for the one passed over."""
+    sched, _ = given_back(kube, api, clock)
+    assumed = sched._assumed.get("default/fits")
+    assert assumed is not None and assumed.usage.uid
+    assert assumed.usage.uid == kube.get("pods", "fits", "default")["metadata"]["uid"]
