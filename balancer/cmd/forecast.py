@@ -90,7 +90,7 @@ MAX_STEP_PAIRS = 1e9   # the outage mask reads each step against the day around 
 MAX_ORIGINS = 50_000   # forecasts made per model: about 2 ms each for the baselines alone, 30 ms for all models
 
 
-def _bounded(args: argparse.Namespace, y: pd.Series, step: float | None) -> None:
+def _bounded(args: argparse.Namespace, y: pd.Series, step: float | None, horizons: list[float] = ()) -> None:
     """A backtest on steps mostly empty, or that would run for hours, is refused before it starts: `--step 1s` on a
     600 s trace made 1.8M steps (under the loader's MAX_STEPS), all but one in 600 empty, and ran for over 400 s."""
     import numpy as np
@@ -109,7 +109,7 @@ def _bounded(args: argparse.Namespace, y: pd.Series, step: float | None) -> None
                          f"a finer one leaves {gap - 1} of every {gap} steps empty")
     day = max(round(86400 / step), 3)
     if len(y) * day > MAX_STEP_PAIRS:
-        least = _least_step(len(y) * step, args.stride)
+        least = _least_step(len(y) * step, args.stride, horizons)
         raise InputError(args.trace, "--step", given_step, f"a --step of at least {least}s over this trace's span: "
                          f"the backtest's outage mask reads each step against the day around it, at most "
                          f"{MAX_STEP_PAIRS:g} such pairs, and makes at most {MAX_ORIGINS} forecasts per model "
@@ -123,17 +123,29 @@ def _bounded(args: argparse.Namespace, y: pd.Series, step: float | None) -> None
                          f"--stride N scores every N-th)", detail=f"{len(y)} steps of {given_step}")
 
 
-def _least_step(span: float, stride: int) -> int:
+def _least_step(span: float, stride: int, horizons: list[float] = ()) -> int:
     """The least whole --step in seconds that keeps a trace spanning `span` seconds under both limits: its steps
-    against the day around each (steps ~ span / step, day ~ 1 / step: a square root) and its origins at `stride`.
-    The pairs' least alone, suggested on a trace over 2.5 days, was refused next for its origins (21 days at 13 s:
-    139,568 origins). Counted with a step more than the span gives, where the resampled trace's ends fall."""
+    against the day around each (steps ~ span / step, day ~ 1 / step: a square root) and its origins at `stride`,
+    and divides every one of `horizons` (whole seconds) where one such step is at most a horizon: the pairs' least
+    alone, suggested on a trace over 2.5 days, was refused next for its origins (21 days at 13 s: 139,568 origins),
+    and 37 s next for --horizons 1h. Counted with a step more than the span gives, where the resampled trace's ends
+    fall."""
     least = max(math.ceil(math.sqrt(span * 86400 / MAX_STEP_PAIRS)), math.ceil(span / (MAX_ORIGINS * stride)))
     while True:
         steps = int(span // least) + 2
         if steps * max(round(86400 / least), 3) <= MAX_STEP_PAIRS and -(-steps // stride) <= MAX_ORIGINS:
-            return least
+            return _dividing(least, horizons)
         least += 1
+
+
+def _dividing(least: int, horizons: list[float]) -> int:
+    """The least step from `least` on that divides every horizon given in whole seconds (`least` when none does
+    within the shortest horizon: the horizons' own error then says what they need)."""
+    whole = [int(h) for h in horizons if float(h).is_integer()]
+    for s in range(least, min(whole, default=least) + 1):
+        if all(h % s == 0 for h in whole):
+            return s
+    return least
 
 
 def _min_train_days(args: argparse.Namespace, y: pd.Series, step: float | None) -> float:
@@ -184,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     output_file(args.json, "--json", {"--trace": args.trace})
     y = load_demand(args.trace, args.format, args.step, origin=args.origin)
     step = pd.Timedelta(y.index.freq).total_seconds() if y.index.freq is not None else None
-    _bounded(args, y, step)
+    _bounded(args, y, step, horizons)
     _whole_steps(args, horizons, step)
     min_train_days = _min_train_days(args, y, step)
     t0 = time.perf_counter()

@@ -40,7 +40,7 @@ def requests_log(tmp_path):
 def test_a_requests_log_at_a_step_too_fine_for_its_span_is_refused_naming_the_least(requests_log, capsys):
     line = _error(capsys, main(BACKTEST + ["--trace", str(requests_log), "--format", "requests", "--step", "1s"]))
     assert line.startswith(f"gputide: error: {requests_log}: field '--step': invalid value '1s'; allowed: a --step "
-                           "of at least 37s over this trace's span"), line
+                           "of at least 40s over this trace's span"), line   # 37s, rounded up to divide 1h
     assert line.endswith("(1814381 steps x 86400 a day)"), line
 
 
