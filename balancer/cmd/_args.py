@@ -90,13 +90,20 @@ _NAME_KINDS = {"label": (DNS_LABEL, 63, "lower-case letters, digits and '-', sta
                                                  "ending with a letter or digit")}
 
 
+def is_k8s_name(text: str, kind: str = "subdomain") -> bool:
+    """Whether the Kubernetes API takes `text` as a name of `kind` (DNS-1123 "subdomain" or "label"): its pattern
+    and length, the one test behind `k8s_name` and the commands that word their own refusal."""
+    pattern, most, _ = _NAME_KINDS[kind]
+    return len(text) <= most and pattern.fullmatch(text) is not None
+
+
 def k8s_name(text: str, flag: str, what: str, kind: str = "subdomain") -> str:
     """`text` when it is a name the Kubernetes API takes (`kind`: a DNS-1123 "subdomain", as a Lease's, a node's or
     a pod's schedulerName, or a "label", as a namespace's), else an InputError naming `flag`, the value and `what` it
     names. The API refuses any other (422), or never finds it: `--lease-name Bad_Name` ran as a standby for ever
     ("not the leader"), and `--scheduler-name 'Bad Name'` waited for pods no pod can name."""
-    pattern, most, chars = _NAME_KINDS[kind]
-    if len(text) > most or not pattern.fullmatch(text):
+    if not is_k8s_name(text, kind):
+        _, most, chars = _NAME_KINDS[kind]
         raise InputError(None, flag, text, f"{what}: a DNS-1123 {kind} ({chars}; at most {most})")
     return text
 

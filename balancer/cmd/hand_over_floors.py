@@ -54,9 +54,7 @@ from typing import Any, NamedTuple, NoReturn
 
 from balancer.actuate.k8s_deploy_record import RECORD_NAME, Entry, entries, record_body
 from balancer.actuate.k8s_hpa import HPA_FLOOR_OWNER_ANNOTATION, floor_owner
-from balancer.cmd._args import DNS_LABEL as NAMESPACE
-from balancer.cmd._args import DNS_SUBDOMAIN as LEASE_NAME
-from balancer.cmd._args import given
+from balancer.cmd._args import given, is_k8s_name
 from balancer.errors import InputError
 
 Json = dict[str, Any]
@@ -494,12 +492,12 @@ def _names(args: argparse.Namespace) -> tuple[str, str, str]:
         if "/" in value:
             raise InputError(None, field, value, "a Lease's name alone, such as gputide-controller (its namespace "
                                                  "is --namespace)")
-        if len(value) > 253 or not LEASE_NAME.fullmatch(value):
+        if not is_k8s_name(value):
             raise InputError(None, field, value, "a controller's Lease name (lower-case letters, digits, '-' and "
                                                  "'.'), such as gputide-controller or gputide-controller-a")
     if args.to_lease == args.from_lease:
         raise InputError(None, "TO", args.to_lease, "another controller's Lease than FROM's")
-    if len(args.namespace) > 63 or not NAMESPACE.fullmatch(args.namespace):
+    if not is_k8s_name(args.namespace, "label"):
         raise InputError(None, "--namespace", args.namespace, "a namespace's name (lower-case letters, digits and '-', "
                                                               "at most 63), the controllers' Leases'")
     return args.namespace, args.from_lease, args.to_lease

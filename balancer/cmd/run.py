@@ -40,12 +40,12 @@ from balancer.actuate.k8s_budget import ACTION_DEADLINE_S, least_action_deadline
 from balancer.app.health import Health, action_budget_s, stall_limit, stop_budget_s
 from balancer.app.health import serve as serve_metrics
 from balancer.cmd._args import (
-    DNS_SUBDOMAIN,
     add_listen_address,
     appendable_file,
     bind,
     duration_between,
     given,
+    is_k8s_name,
     k8s_name,
     kube_client,
     lease_flags,
@@ -116,8 +116,7 @@ def kueue_queues(text: str | None, field: str = "--kueue-queues") -> tuple[str, 
     if text is None:
         return None
     names = [n.strip() for n in text.split(",")]
-    if len(names) != 2 or names[0] == names[1] or not all(len(n) <= 253 and DNS_SUBDOMAIN.fullmatch(n)
-                                                          for n in names):
+    if len(names) != 2 or names[0] == names[1] or not all(map(is_k8s_name, names)):
         raise InputError(None, field, text, "two distinct ClusterQueue names (DNS subdomains), the inference "
                                             "queue first: INFERENCE_CQ,TRAINING_CQ")
     return names[0], names[1]
