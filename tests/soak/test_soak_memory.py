@@ -73,3 +73,25 @@ def test_settle_keeps_the_newest_events_and_a_bounded_watch_history(mirror):
     assert set(events) == {event(k)["metadata"]["name"] for k in range(275, 300)}   # the newest
     assert sum(plural == "nodes" for plural, _, _ in kube.objects) == 4   # nothing else dropped
     assert kube._expired_below == kube._history[0].rv - 1   # a watch from before what is kept is told 410
+
+
+def _trend(rss: list[float]) -> MemoryTrend:
+    trend = MemoryTrend(max_mib_per_day=8.0)
+    trend.samples = [(k / (len(rss) - 1), mib) for k, mib in enumerate(rss)]   # one simulated day
+    return trend
+
+
+def test_a_one_off_step_late_in_a_short_run_is_not_read_as_a_leak():
+    rss = [650.0] * 72 + [656.0] * 8   # 6 MiB taken once, in the last tenth (least squares: 8.5 MiB/day)
+    trend = _trend(rss)
+    slope = trend.finish(cycle=80)
+    assert slope < 1.0
+    assert trend.check.held
+
+
+def test_a_steady_leak_is_still_caught():
+    rss = [650.0 + 10.0 * k / 79 + (0.7 if k % 3 == 0 else -0.4) for k in range(80)]   # 10 MiB/day plus noise
+    trend = _trend(rss)
+    slope = trend.finish(cycle=80)
+    assert 9.0 < slope < 11.0
+    assert len(trend.check.breaches) == 1
