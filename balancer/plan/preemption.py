@@ -4,8 +4,8 @@ node, which pods of lower priority to evict, and on which node.
 For each candidate node (the caller passes only nodes whose rules admit the pod and where it failed for want of
 resources):
 
-1. take away every pod of lower priority than the preemptor; if the preemptor still does not fit, the node
-   cannot help;
+1. take away every pod of lower priority than the preemptor, and every pod terminating already (below); if the
+   preemptor still does not fit, the node cannot help;
 2. reprieve: put the removed pods back one at a time, those a PodDisruptionBudget protects first, then highest
    priority first, keeping each that leaves the preemptor fitting. What is not reprieved is the node's victims.
 
@@ -14,6 +14,17 @@ the lowest highest victim priority, the lowest sum of victim priorities each off
 MaxInt32 + 1, so that with negative priorities too more victims never weigh less), the fewest victims, and the latest
 earliest start among the highest-priority victims (the least work lost), then by name. A pod of equal or higher priority
 is never a victim.
+
+A pod already terminating (`deletionTimestamp` set: its owner deleting it, or an earlier eviction) is never a victim:
+it is going whatever is decided, and its room is counted as coming, whatever its priority. A node where that room
+(with what is free) is enough needs no victim: the pod waits there for those pods (`Preemption.awaiting`) rather than
+preempting more, there or elsewhere, as kube-scheduler's DefaultPreemption does not preempt again while a pod of lower
+priority terminates on the node nominated for the preemptor (`PodEligibleToPreemptOthers`). Weighed as a victim,
+it was the wrong way round: being more important than a running pod of lower priority, it was reprieved and that pod
+evicted in its place; its node weighed its priority, so a node with a less important victim was preempted on though
+its room was coming anyway; and, chosen, the eviction code found it terminating and only waited for it. Between nodes
+otherwise equal, the one waiting for fewer terminating pods comes first (one that waits for none: the pod fits there
+by what preemption weighs).
 
 Resources are plain `{name: amount}` maps (`gpus`, `cpu_milli`, `memory_mib`, `pods`, any extended resource): a
 pod fits when every amount it requests is free. A PodDisruptionBudget is a name and the disruptions it still
@@ -39,6 +50,7 @@ class Running:
     requests: Resources
     started: float = 0.0           # start time (epoch seconds)
     budgets: tuple[str, ...] = ()  # the PodDisruptionBudgets that cover it
+    terminating: bool = False      # being deleted already (`deletionTimestamp`): never a victim, its room coming
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,8 @@ class Preemption:
     node: str
     victims: tuple[Running, ...]
     budget_violations: int
+    # the pods terminating already there whose room the pod needs besides its victims' (`awaited`): what it waits for
+    awaiting: tuple[Running, ...] = ()
 
 
 def fits(need: Resources, free: Mapping[str, float]) -> bool:
@@ -61,12 +75,14 @@ def victims_on(need: Resources, free: Resources, running: Sequence[Running], pri
                allowed: Mapping[str, int]) -> tuple[tuple[Running, ...], int] | None:
     """(victims, how many of them a budget does not allow) for one node, or None when even evicting every pod of
     lower priority would not make room. `free` is what the node has free now; `allowed` the disruptions each
-    budget still allows."""
-    lower = [p for p in running if p.priority < priority]
+    budget still allows. A pod terminating already (`Running.terminating`) is none: its room is counted as coming
+    (the victims are then only those needed besides it; none where it is enough: the pod waits for it)."""
+    going = [p for p in running if p.terminating]
+    lower = [p for p in running if p.priority < priority and not p.terminating]
     room = dict(free)
-    for p in lower:
+    for p in (*going, *lower):
         _take(room, p, +1)
-    if not lower or not fits(need, room):
+    if not (lower or going) or not fits(need, room):
         return None
     ordered = sorted(lower, key=lambda p: (-p.priority, p.started))   # the most important first
     # would evicting p break a budget, were every pod before it evicted too? (kube-scheduler's grouping)
@@ -82,6 +98,18 @@ def victims_on(need: Resources, free: Resources, running: Sequence[Running], pri
         victims.append(p)
     # counted again over the victims alone: a reprieved pod uses none of its budgets' disruptions
     return tuple(victims), sum(_breaks(victims, allowed))
+
+
+def awaited(need: Resources, free: Resources, running: Sequence[Running],
+            victims: Sequence[Running]) -> tuple[Running, ...]:
+    """The pods terminating already among `running` whose room `need` waits for once `victims` are gone: those
+    releasing a resource that `free` and the victims' room leave short. Not every pod terminating on the node: one
+    whose room the pod does not need is no reason it waits."""
+    room = dict(free)
+    for v in victims:
+        _take(room, v, +1)
+    short = {k for k, v in need.items() if v > 0 and room.get(k, 0.0) < v}
+    return tuple(p for p in running if p.terminating and any(p.requests.get(k, 0.0) > 0 for k in short))
 
 
 def _breaks(pods: Sequence[Running], allowed: Mapping[str, int]) -> list[bool]:
@@ -109,10 +137,12 @@ def choose(need: Resources, priority: int, nodes: Mapping[str, tuple[Resources, 
         victims, bad = found
         if bad and respect_budgets:
             continue
-        # no victim at all (the pod fits already) comes first, whatever the priorities are
+        # no victim at all (the pod fits already, or once the pods terminating there are gone) comes first,
+        # whatever the priorities are; of equals, the one waiting for the fewest terminating pods
+        waits = awaited(need, free, running, victims)
         top = max((v.priority for v in victims), default=-OFFSET)
         earliest = min((v.started for v in victims if v.priority == top), default=0.0)
-        key = (bad, top, sum(v.priority + OFFSET for v in victims), len(victims), -earliest)
+        key = (bad, top, sum(v.priority + OFFSET for v in victims), len(victims), -earliest, len(waits))
         if best_key is None or key < best_key:
-            best, best_key = Preemption(name, victims, bad), key
+            best, best_key = Preemption(name, victims, bad, waits), key
     return best
