@@ -54,7 +54,8 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   that failed (not from the kubelet's last answer), from when it began to when a later one began (before their
   GPU reads, whose time varies: `Attributed.read`), and then dropped, so
   a lasting outage shows as no attribution rather than as frozen pods; it is dropped only by a collection after
-  one that already failed, never by the first (with `grace_s` 0 too). Why: dropped in the scrape that first said
+  a scrape was answered with one that failed (it said up 0 with the kept pods), never by the first (with `grace_s`
+  0 too). Why: dropped in the scrape that first said
   `gputide_pod_resources_up` 0, Prometheus' remote write with several shards could deliver the pods' stale
   markers before up 0 (up to its `batch_send_deadline`, 5 s, apart), and the controller, which reads pod
   attribution with up 0 (`gpu:pod_attribution_down:bool`), saw GPUs with no pods and no up 0 for a moment: free.
@@ -62,12 +63,17 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   counted alone) gets at least one scrape with up 0 and the kept pods before they go, since its first scrape
   after the first failed collection comes within `grace_s` of it. Not for a scraper slower than that, nor for
   `grace_s` 0 with several scrapers: only the one whose scrape ran the first failed collection is sure to get it,
-  another may go from up 1 with the pods to up 0 without them in one scrape. And a collection that outran
-  `--collect-timeout` is served stale (the last complete one, `exporters.health`), so its up 0 may have reached
-  no scraper, and the pods still go `grace_s` after it began. An answer already older than 2 x `grace_s` when the
-  first failed collection began (no collection for that long: Prometheus away) goes at the next failed collection,
-  still never at the first. Kept `grace_s` more, an hour-old answer's pods, some long gone, were billed that much
-  longer (`gpu_pod:attribution:share` does not read up); and no scraper that scrapes at least every `grace_s` is
+  another may go from up 1 with the pods to up 0 without them in one scrape. A failed collection that no scrape
+  was answered with published nothing: one that outran `--collect-timeout` (scrapes got the last complete one
+  instead, `exporters.health`) or the one the exporter makes as it starts, for no scrape. So "a scrape was
+  answered with it" is what counts (`CollectHealth.served_seq`, `exporters.health.current_collection`): until a
+  scrape carried up 0 of this outage, later failed collections keep the pods with up 0 however long past `grace_s`
+  (counted from the first failed collection as before); collected other than through `CollectHealth.run` (a
+  registry rendered directly), each collection is its caller's answer. An answer already older than 2 x
+  `grace_s` when the first failed collection began (no collection for that long: Prometheus away) goes at the
+  next failed collection once up 0 was served, still never at the first. Kept `grace_s` more, an hour-old
+  answer's pods, some long gone, were billed that much longer (`gpu_pod:attribution:share` does not read up); and
+  no scraper that scrapes at least every `grace_s` is
   owed them: its last scrape before that collection carried one begun at most `grace_s` + `--serve-stale-for`
   (30 s) before it, which the kubelet answered, so the kept answer is within 2 x `grace_s` where `grace_s` is 30 s
   or more (`gputide exporter`'s is 60 s). It also collects its own health:
@@ -117,6 +123,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from exporters.backends.base import MIG_GPU_UNKNOWN, GpuIdentity, GpuReadings, MigLookup, WorkloadInfo
 from exporters.backends.nvml_mig import gpu_instance_profile
+from exporters.health import CollectHealth, current_collection
 
 log = logging.getLogger(__name__)
 
@@ -331,6 +338,8 @@ class PodAttribution:
         self._up = False
         self._unmatched = self._unresolved = 0
         self._failing_since: float | None = None
+        # (the health, the number) of the first failed collection of this outage, where `CollectHealth.run` ran it
+        self._down_in: tuple[CollectHealth, int] | None = None
         self._stale_kept = False   # the kept answer was over 2 x grace_s old when the first failed collection began
         # (namespace, pod, resource, device ID) -> the number of the kubelet answer it first appeared in
         self._first_seen: dict[tuple[str, str, str, str], int] = {}
@@ -348,9 +357,10 @@ class PodAttribution:
         except grpc.RpcError as exc:
             self._up = False
             since = self._failing_since   # the first failed collection of this outage, if an earlier one was
-            published_down = since is not None   # an earlier failed collection's scrape said up 0
+            published_down = since is not None and self._down_published()   # a scrape said up 0 since
             if since is None:
                 since = self._failing_since = now
+                self._down_in = current_collection()
                 # no collection for 2 x grace_s (Prometheus away): no scraper scraping every grace_s is owed the
                 # pods, and an old answer kept grace_s longer bills departed pods (module docstring)
                 self._stale_kept = now - self._answered_at > 2 * self.grace_s
@@ -367,6 +377,17 @@ class PodAttribution:
             return self._last or []
         self._up, self._answered_at, self._last_ok, self._failing_since = True, self.clock(), self.wall(), None
         return self._last
+
+    def _down_published(self) -> bool:
+        """Whether a scrape was answered with a collection of this outage (each says up 0 and keeps the pods): one
+        numbered at least as the first failed collection (`CollectHealth.served_seq`). One that outran the timeout
+        was served the last complete one instead, and the first collection was made for no scrape: neither
+        published its up 0. Collected other than through `CollectHealth.run` (a registry rendered directly), each
+        collection is its caller's answer: an earlier failed one is published."""
+        if self._down_in is None:
+            return True
+        health, first = self._down_in
+        return health.served_seq >= first
 
     def _settled(self, allocations: list[Allocation]) -> list[Allocation]:
         """`allocations` less the claims on a device ID that a pod which appeared later claims too (module

@@ -1,0 +1,156 @@
+"""A silent kubelet's kept pods go only in a collection after one whose `gputide_pod_resources_up` 0 a scrape was
+answered with. The rule was "after a collection that already failed", but a failed collection that outran the
+collection timeout is answered with the last complete one instead (`exporters.health`): its up 0 reached no
+scraper, and the next collection, past `grace_s`, dropped the pods in the very scrape that first said up 0, which
+the rule is there to prevent (remote write may deliver the pods' stale markers before up 0).
+
+No test here waits out a timeout: a scrape's wait for a hung collection lets the test's clock move by the timeout
+at once (`Waits`); real waits are bounded ones for a released collection to end."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.backends.base import GpuIdentity, GpuReadings
+from exporters.collector import GpuCollector
+from exporters.health import CollectHealth, TrackedCollector, current_collection, first_collection
+from exporters.podresources import Allocation, Attributed, PodAttribution
+
+GPU = GpuIdentity("0", "GPU-0", "0000:00:00.0", "nvidia0", "NVIDIA H100 80GB HBM3", "node-a")
+POD = Allocation("ml", "train-0", "main", "nvidia.com/gpu", "GPU-0")
+TIMEOUT_S = 0.5   # the collection timeout here; a binary fraction, so the clock's sums are exact
+BOUND_S = 10.0    # the most a test waits for a thread to get somewhere (it takes milliseconds)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Kubelet:
+    """Answers `POD`, or refuses while `silent`."""
+
+    def __init__(self) -> None:
+        self.silent = False
+
+    def list(self) -> list[Allocation]:
+        if self.silent:
+            raise grpc.RpcError("kubelet restarting")
+        return [POD]
+
+
+class Backend:
+    """Reads one GPU; while `hang` is set a read waits until `release` is set (a GPU slow to answer NVML)."""
+
+    identity = (GPU,)
+
+    def __init__(self) -> None:
+        self.hang = False
+        self.release = threading.Event()
+
+    def read(self) -> GpuReadings:
+        if self.hang:
+            self.release.wait(BOUND_S)
+        return GpuReadings(identity=self.identity, values={"DCGM_FI_DEV_GPU_TEMP": np.full(1, 50.0)})
+
+
+class Exporter:
+    """The exporter's registry (the GPUs, then the attribution's health) collected through `CollectHealth` on one
+    clock, as `gputide exporter` is; `scrape()` is a scrape's answer (`TrackedCollector.exposition`)."""
+
+    def __init__(self, grace_s: float, serve_stale_s: float = 120.0) -> None:   # --serve-stale-for 2m
+        self.clock, self.kubelet, self.backend = Clock(), Kubelet(), Backend()
+        self.attribution = PodAttribution(self.kubelet, grace_s=grace_s, clock=self.clock)
+        registry = CollectorRegistry()
+        registry.register(GpuCollector(Attributed(self.backend, self.attribution)))
+        registry.register(self.attribution)
+        self.health = CollectHealth(clock=self.clock, collect_timeout_s=TIMEOUT_S, serve_stale_s=serve_stale_s,
+                                    wait=self.wait)
+        self.tracked = TrackedCollector(registry, self.health)
+
+    def wait(self, done: threading.Event, timeout: float) -> bool:
+        """A scrape's wait: a hung read does not end however long one waits (the timeout passes on the clock at
+        once); any other collection is waited for."""
+        if self.backend.hang and not self.backend.release.is_set():
+            self.clock.now += timeout
+            return done.is_set()
+        return done.wait(BOUND_S)
+
+    def scrape(self, at: float) -> tuple[set[str], float, float]:
+        """(the pods, gputide_pod_resources_up, the age of the collection served) of a scrape at `at`."""
+        self.clock.now = at
+        fams = {f.name: f for f in text_string_to_metric_families(self.tracked.exposition().decode())}
+        return ({s.labels["pod"] for s in fams["gputide_gpu_workload_info"].samples},
+                fams["gputide_pod_resources_up"].samples[0].value,
+                fams["gputide_exporter_collection_age_seconds"].samples[0].value)
+
+    def unhang(self) -> None:
+        """The hung read returns and its collection ends (no scrape is answered with it)."""
+        run = self.health._current
+        assert run is not None and not run.done.is_set()
+        self.backend.hang = False
+        self.backend.release.set()
+        assert run.done.wait(BOUND_S), "the released collection did not end"
+
+
+@pytest.mark.parametrize("grace_s", [60.0, 0.0])
+def test_a_first_failed_collection_that_timed_out_keeps_the_pods_until_a_scrape_said_up_0(grace_s):
+    """Scrapes every 90 s. The first collection after the kubelet fell silent reads a slow GPU and outruns the
+    timeout: its scrape gets the last complete collection (up 1, the pods), and its own up 0 is served to nobody.
+    The next collection, 90.5 s after the first failure (past grace_s), dropped the pods: the scraper went from up 1
+    with them to up 0 without them. Now it keeps them with up 0, and the one after drops them."""
+    exporter = Exporter(grace_s)
+    assert exporter.scrape(1000) == ({"train-0"}, 1, 0)
+    exporter.kubelet.silent = exporter.backend.hang = True
+    assert exporter.scrape(1090) == ({"train-0"}, 1, 90.5)   # the last complete one, served stale
+    exporter.unhang()   # the first failed collection ends: up 0 with the pods, served to no scrape
+    assert exporter.health.served_seq == 1
+    assert exporter.scrape(1180) == ({"train-0"}, 0, 0)   # the first up 0 a scrape carries: the pods still in it
+    assert exporter.scrape(1270) == (set(), 0, 0)
+    assert exporter.scrape(1360) == (set(), 0, 0)
+
+
+def test_a_timed_out_failed_collection_served_stale_later_has_published_its_up_0():
+    """The first failed collection outran the timeout, then was served stale to the next scrape (whose own
+    collection outran it too): its up 0 with the pods reached that scraper, so the collection running meanwhile,
+    past grace_s, drops them."""
+    exporter = Exporter(60.0)
+    exporter.scrape(1000)
+    exporter.kubelet.silent = exporter.backend.hang = True
+    assert exporter.scrape(1090) == ({"train-0"}, 1, 90.5)
+    exporter.unhang()
+    exporter.backend.hang, exporter.backend.release = True, threading.Event()
+    assert exporter.scrape(1180) == ({"train-0"}, 0, 90.5)   # the first failed collection, served stale
+    assert exporter.health.served_seq == 2
+    exporter.unhang()
+    assert exporter.scrape(1270) == (set(), 0, 0)
+
+
+def test_only_a_collection_a_scrape_was_answered_with_counts_as_served():
+    """`served_seq`: the first collection (made as the exporter starts, for no scrape) is not served, a scrape's
+    own is, and so is the last complete one served instead of one that outran the timeout; `current_collection`
+    names the collection its thread runs, and nothing outside one."""
+    exporter = Exporter(60.0)
+    seen: list[object] = []
+    real_read = exporter.backend.read
+    exporter.backend.read = lambda: seen.append(current_collection()) or real_read()   # type: ignore[method-assign]
+    first_collection(exporter.tracked).join(BOUND_S)
+    assert exporter.health.served_seq == 0 and seen == [(exporter.health, 1)]
+    exporter.scrape(1010)
+    assert exporter.health.served_seq == 2
+    exporter.backend.hang = True
+    exporter.scrape(1020)   # collection 3 outran the timeout: 2 served again
+    assert exporter.health.served_seq == 2
+    exporter.unhang()
+    exporter.scrape(1030)
+    assert exporter.health.served_seq == 4 and [s[1] for s in seen] == [1, 2, 3, 4]   # type: ignore[index]
+    assert current_collection() is None
