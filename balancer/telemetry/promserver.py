@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -42,7 +43,13 @@ from balancer.errors import GputideError
 INSTALL_HINT = "install Debian's prometheus package: apt-get install prometheus (or make test does it)"
 # the repository's rules/, or where an installed copy keeps them (the image sets GPUTIDE_RULES_DIR=/opt/gputide/rules)
 RULES_DIR = Path(os.environ.get("GPUTIDE_RULES_DIR") or Path(__file__).resolve().parents[2] / "rules")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Prometheus' duration grammar (prometheus/common model.ParseDuration): whole numbers with units, each unit at most
+# once and from the longest to the shortest (`1h30m`, `1m30s`, `2d12h`); a year is 365 days. In milliseconds, so a sum
+# of them is exact. Prometheus refuses a duration past what Go's time.Duration holds: 2^63-1 nanoseconds (292y).
+_UNITS_MS = {"y": 365 * 86_400_000, "w": 7 * 86_400_000, "d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000,
+             "ms": 1}
+_DURATION = re.compile("".join(f"(?:([0-9]+){unit})?" for unit in _UNITS_MS))
+_MOST_MS = (2**63 - 1) // 1_000_000
 
 
 class PrometheusServerError(GputideError):
@@ -67,12 +74,14 @@ class Target:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in a Prometheus duration of one unit ("500ms", "1s", "5m"); ValueError otherwise."""
-    for unit in ("ms", "s", "m", "h", "d"):
-        number = text[: -len(unit)]
-        if text.endswith(unit) and number.isdigit() and int(number) > 0:
-            return int(number) * _UNITS[unit]
-    raise ValueError(f"not a Prometheus duration: {text!r} (e.g. 500ms, 5s, 1m)")
+    """Seconds in a Prometheus duration ("500ms", "5m", "1m30s", "1h30m", "1w"): its units ms s m h d w y, longest
+    first, each once; ValueError for anything else, zero, or one longer than Prometheus reads. One unit alone was
+    read here, so `gputide prometheus --scrape-interval 1m30s`, which Prometheus takes, was refused."""
+    match = _DURATION.fullmatch(text)
+    total_ms = sum(int(n) * ms for n, ms in zip(match.groups(), _UNITS_MS.values()) if n) if match else 0
+    if not 0 < total_ms <= _MOST_MS:
+        raise ValueError(f"not a Prometheus duration: {text!r} (e.g. 500ms, 5s, 1m, 1m30s)")
+    return total_ms / 1000
 
 
 def default_rule_files() -> list[Path]:
@@ -149,7 +158,7 @@ def _copy_rules(rule_files: Iterable[str | os.PathLike[str]], directory: Path, a
 
 
 def _shorter(interval: Any, than_s: float) -> bool:
-    """Whether a group's `interval` (one-unit Prometheus duration) is shorter than `than_s` seconds."""
+    """Whether a group's `interval` (a Prometheus duration) is shorter than `than_s` seconds."""
     try:
         return parse_duration(str(interval)) < than_s
     except ValueError:

@@ -20,18 +20,34 @@ from balancer.telemetry.promserver import (
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("500ms", 0.5), ("1s", 1), ("15s", 15), ("5m", 300), ("1h", 3600), ("2d", 172800)],
-    ids=["milliseconds", "one second", "fifteen seconds", "minutes", "hours", "days"],
+    [("500ms", 0.5), ("1s", 1), ("15s", 15), ("5m", 300), ("1h", 3600), ("2d", 172800), ("1w", 604800),
+     ("1y", 365 * 86400), ("1m30s", 90), ("1h30m", 5400), ("1s500ms", 1.5), ("1m0s", 60),
+     ("1y2w3d4h5m6s7ms", 365 * 86400 + 17 * 86400 + 4 * 3600 + 5 * 60 + 6.007), ("292y", 292 * 365 * 86400)],
+    ids=["milliseconds", "one second", "fifteen seconds", "minutes", "hours", "days", "weeks", "years", "1m30s",
+         "1h30m", "1s500ms", "a zero part", "every unit", "292 years: under Go's limit"],
 )
-def test_parse_duration_reads_one_unit_durations(text, seconds):
-    assert parse_duration(text) == seconds
+def test_parse_duration_reads_prometheus_durations(text, seconds):
+    """Prometheus' own grammar (model.ParseDuration): units ms s m h d w y, longest first, each once."""
+    assert parse_duration(text) == pytest.approx(seconds, abs=1e-9)
 
 
-@pytest.mark.parametrize("text", ["", "5", "s", "0s", "-1s", "1.5s", "5x", "1m30s"],
-                         ids=["empty", "no unit", "no number", "zero", "negative", "fraction", "bad unit", "compound"])
+@pytest.mark.parametrize("text", ["", "5", "s", "0s", "-1s", "1.5s", "5x"],
+                         ids=["empty", "no unit", "no number", "zero", "negative", "fraction", "bad unit"])
 def test_parse_duration_refuses_anything_else(text):
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(("text", "near_miss"), [
+    ("1m30s", "30s1m"), ("1m30s", "1m1m"), ("1m30s", "1m 30s"), ("1m30s", "1m30s\n"), ("1m30s", "1M30s"),
+    ("1s500ms", "1s500"), ("1m0s", "0m0s"), ("292y", "293y"),
+], ids=["out of order", "a unit twice", "a space", "a newline", "upper case", "a part without unit", "zero parts",
+        "past Go's time.Duration"])
+def test_parse_duration_reads_a_compound_duration_but_not_its_near_miss(text, near_miss):
+    """What Prometheus refuses is refused here too: a config it would not load is never written."""
+    assert parse_duration(text) > 0
+    with pytest.raises(ValueError):
+        parse_duration(near_miss)
 
 
 def test_every_target_gets_a_cluster_label_and_its_own_labels_win():
@@ -108,8 +124,10 @@ def test_cli_config_only_writes_a_self_contained_folder(tmp_path):
     "argv",
     [["--targets", "nohost"], ["--targets", "h:99999"], ["--targets", ","],
      ["--targets", "h:1", "--rules", "/nope.yaml"],
-     ["--targets", "h:1", "--scrape-interval", "fast"], ["--targets", "h:1", "--controller", "h:x"]],
-    ids=["no port", "port out of range", "empty list", "missing rule file", "bad interval", "bad controller"],
+     ["--targets", "h:1", "--scrape-interval", "fast"], ["--targets", "h:1", "--controller", "h:x"],
+     ["--targets", "h:1,,h:2"], ["--targets", "h:1,h:1"]],
+    ids=["no port", "port out of range", "empty list", "missing rule file", "bad interval", "bad controller",
+         "empty item", "repeated address"],
 )
 def test_cli_bad_input_exits_2(argv, capsys):
     assert main(["prometheus", "--config-only", *argv]) == 2
