@@ -171,9 +171,14 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
     """A timestamp column (ISO-8601 or epoch seconds) as UTC times; a bad cell is an InputError naming its row.
 
     ISO-8601 only, never pandas' guess at a format: `format="mixed"` read a day-first 01/02/2024 as 2 January and
-    13/01/2024 as 13 January in one file, a trace silently reordered (exit 0)."""
-    if pd.api.types.is_bool_dtype(raw):   # pandas reads a column of True/False as booleans: no times at all
-        raise InputError(path, column, cell(raw, 0), ISO_OR_EPOCH, detail="row 2")
+    13/01/2024 as 13 January in one file, a trace silently reordered (exit 0). A True/False cell is refused as any
+    bad time is: pandas reads a large CSV in blocks of rows (131,072 of a 4-column file), and a block holding only
+    True/False comes back as booleans beside the text or numbers of the rest, which to_numeric took for 1 and 0:
+    among ISO times the column was said to mix the two forms, among epoch seconds `False` was 1970 (audit s38)."""
+    flags = booleans(raw)
+    if flags.any():   # True/False, which pandas reads as booleans: no time at all
+        row = int(np.flatnonzero(flags.to_numpy())[0])
+        raise InputError(path, column, cell(raw, row), ISO_OR_EPOCH, detail=f"row {row + 2}")
     numeric = pd.to_numeric(raw, errors="coerce")
     allowed = ISO_OR_EPOCH
     if numeric.notna().all() or pd.api.types.is_numeric_dtype(raw):   # epoch seconds, an empty cell NaN
@@ -494,19 +499,20 @@ def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
 
 
 def _not_a_demand_trace(df: pd.DataFrame, cols: dict[str, str], index: pd.DatetimeIndex, path: str) -> None:
-    """A `timestamp,value` file, its values all numbers, each time once and the times evenly spaced, is a demand
-    trace (`--format csv`), not a requests log: read as one, its rows were counted and `value` ignored, a trace of
-    5,000 req/s backtested as one request a step (exit 0). A log with any other column (a latency, a status),
-    several requests at one time or irregular times (arrivals: a light log stamped in µs, its `value` the tokens
-    of each request, has each time once too) is a requests log and is read as one."""
-    if sorted(cols) != ["timestamp", "value"] or index.has_duplicates or not _evenly_spaced(index):
+    """A file with a `value` column, its values all numbers, each time once and the times evenly spaced, is a demand
+    trace (`--format csv`, which reads timestamp and value only), whatever other columns it has: read as a requests
+    log, its rows were counted and `value` ignored, a trace of 5,000 req/s backtested as one request a step (exit 0;
+    with a third column, `timestamp,value,extra`, still so until audit s38). A log without `value`, with several
+    requests at one time or with irregular times (arrivals: a light log stamped in µs, its `value` the tokens of
+    each request, has each time once too) is a requests log and is read as one."""
+    if "value" not in cols or index.has_duplicates or not _evenly_spaced(index):
         return
     column = df[cols["value"]]
     if column.notna().any() and pd.to_numeric(column, errors="coerce").notna().sum() == column.notna().sum():
         raise InputError(path, "value", f"a column of {int(column.notna().sum())} numbers", "a requests log: one row "
-                         "per request, no 'value' column (a timestamp,value file with each time once is a demand "
-                         "trace: --format csv)", detail="--format requests counts rows and would ignore 'value'; "
-                         "a requests log: rename or drop `value`")
+                         "per request, no 'value' column (a file with a numeric value column, each time once and "
+                         "evenly spaced, is a demand trace: --format csv)", detail="--format requests counts rows "
+                         "and would ignore 'value'; a requests log: rename or drop `value`")
 
 
 def _evenly_spaced(index: pd.DatetimeIndex) -> bool:

@@ -1,12 +1,13 @@
 """A `timestamp,value` demand trace read as `--format requests` is refused, naming the column and `--format csv`.
 
 Before: its rows were counted, one request each, and `value` silently ignored: a trace of thousands of req/s loaded
-as one request a step (exit 0). A requests log with any other column, or several requests at one time, is still
-read as one (`value` then may be anything the log records).
+as one request a step (exit 0). A requests log with another column at irregular times, or several requests at one
+time, is still read as one (`value` then may be anything the log records).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from balancer.errors import InputError
@@ -29,8 +30,8 @@ def test_a_demand_trace_read_as_requests_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("text", [
-    pytest.param("timestamp,value,latency_s\n" + "".join(f"{i},{i % 3},0.2\n" for i in range(0, 600, 5)),
-                 id="another column"),
+    pytest.param("timestamp,value,latency_s\n" + "".join(f"{t},{t % 3},0.2\n" for t in np.cumsum([1, 9, 2, 20] * 20)),
+                 id="another column, irregular times"),   # evenly spaced: a demand trace with a column more (s38)
     pytest.param("timestamp,value\n" + "".join(f"{i - i % 10},{i}\n" for i in range(0, 600, 5)),
                  id="two requests at one time"),
     pytest.param("timestamp,value\n" + "".join(f"{i},ok\n" for i in range(0, 600, 5)), id="value not numbers"),

@@ -1,0 +1,68 @@
+"""`--format requests` on a demand trace with more columns than `timestamp,value` exits 2, as a bare one does; a
+per-request log with extra columns is still counted (audit s38).
+
+Before: only a file of exactly `timestamp,value` was refused. `timestamp,value,extra` (or a label column beside the
+value, as a Prometheus export has), its times evenly spaced and each once, was read as one request a row and `value`
+ignored: exit 0, a trace of 100 req/s backtested as 1/60 req/s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from balancer.cli import main
+
+START = 1704067200   # 2024-01-01T00:00:00Z
+
+
+def _run(tmp_path, capsys, trace, command):
+    code = main([a.replace("{tmp}", str(tmp_path)) for a in command] + ["--trace", str(trace), "--format", "requests"])
+    return code, capsys.readouterr()
+
+
+BACKTEST = ["forecast", "backtest", "--models", "persistence", "--step", "1h", "--horizons", "1h",
+            "--min-train-days", "1"]
+SIMULATE = ["simulate", "--scenario", "hotspot", "--policy", "none", "--days", "0.01", "--no-plots",
+            "--out", "{tmp}/o"]
+
+
+@pytest.mark.parametrize("header, row", [
+    pytest.param("timestamp,value,extra", lambda i, t: f"{t:.3f},{100 + i % 7},{i % 3}", id="a numeric column"),
+    pytest.param("timestamp,value,instance", lambda i, t: f"{t:.3f},{100 + i % 7},gpu-node-1:9400",
+                 id="a label column"),
+    pytest.param("Instance,Value,Timestamp", lambda i, t: f"gpu-node-1:9400,{100 + i % 7},{t:.3f}",
+                 id="columns in another order and case"),
+])
+@pytest.mark.parametrize("command", [pytest.param(BACKTEST, id="forecast backtest"),
+                                     pytest.param(SIMULATE, id="simulate")])
+def test_a_demand_trace_with_extra_columns_given_as_requests_exits_2(tmp_path, capsys, command, header, row):
+    rng = np.random.default_rng(3)
+    times = START + 60 * np.arange(3000) + rng.uniform(-5, 5, 3000)   # a scrape each minute, a little jittered
+    trace = tmp_path / "t.csv"
+    trace.write_text(header + "\n" + "".join(row(i, t) + "\n" for i, t in enumerate(times)))
+    code, out = _run(tmp_path, capsys, trace, command)
+    assert code == 2, out.err
+    line = out.err.strip().splitlines()[-1]
+    assert line.startswith(f"gputide: error: {trace}: field 'value': invalid value 'a column of 3000 numbers'; "
+                           "allowed: a requests log: one row per request, no 'value' column"), line
+    assert "demand trace: --format csv" in line and "rename or drop `value`" in line, line
+
+
+@pytest.mark.parametrize("header, row", [
+    pytest.param("timestamp,model,input_tokens,output_tokens",
+                 lambda rng, s: f"{s},llama-3-8b,{rng.integers(10, 4000)},{rng.integers(1, 800)}", id="no value"),
+    pytest.param("timestamp,model,value,status",
+                 lambda rng, s: f"{s},llama-3-8b,{rng.integers(10, 4000)},200", id="value the tokens"),
+])
+def test_a_per_request_log_with_extra_columns_is_still_counted(tmp_path, capsys, header, row):
+    """Poisson arrivals, about one request every 30 s over 3 days, each time once (stamped in µs)."""
+    rng = np.random.default_rng(9)
+    times = pd.Timestamp(START, unit="s", tz="UTC") + pd.to_timedelta(np.cumsum(rng.exponential(30.0, 8640)),
+                                                                      unit="s")
+    log = tmp_path / "r.csv"
+    log.write_text(header + "\n" + "".join(row(rng, t.isoformat(timespec="microseconds")) + "\n" for t in times))
+    code, out = _run(tmp_path, capsys, log, BACKTEST + ["--json", str(tmp_path / "b.json")])
+    assert code == 0, out.err
+    assert "persistence" in out.out, out.out
