@@ -1,7 +1,8 @@
 """`gputide exporter`: serve dcgm-exporter-compatible GPU series from NVML or a simulated fleet.
 
     gputide exporter --backend sim --port 9400 [--fleet SPEC.yaml] [--node NAME] [--speed 60] [--seed 0]
-    gputide exporter --backend nvml --port 9400 [--listen-address ::] [--power-caps-file /run/gputide/caps.json]
+    gputide exporter --backend nvml --port 9400 [--listen-address ::]
+                     [--power-caps-file /run/gputide/caps.json [--caps-interval 10]]
                      [--pod-resources-socket /var/lib/kubelet/pod-resources/kubelet.sock] [--stuck-after 5m]
                      [--collect-timeout 8s] [--serve-stale-for 30s]
 
@@ -63,6 +64,10 @@ log = logging.getLogger("gputide.exporter")
 # 7 s. At 1,000 (a day in under a minute and a half) the longest gap `gputide prometheus --scrape-interval` allows,
 # 90 s, is 1,500 steps: about 1 s measured on that loaded machine, margin for a larger --fleet or a busier one.
 MOST_SPEED = 1_000.0
+# Defaults of the flags that mean something only with another: each defaults to None (then to this, once checked),
+# so one given where nothing reads it is refused (`only_where_read`), not ignored
+SIM_DEFAULTS = {"speed": 60.0, "seed": 0}   # the simulated fleet's: NVML serves this machine's GPUs
+CAPS_INTERVAL_S = 10.0   # the power-cap agent's, which runs only with --power-caps-file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,14 +79,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fleet", type=given("--fleet"),
                    help="fleet spec YAML for the sim backend (default: the built-in demo fleet)")
     p.add_argument("--node", type=given("--node", "a name"), help="sim backend: serve only this node's GPUs")
-    p.add_argument("--speed", type=float, default=60.0,
+    p.add_argument("--speed", type=float, default=None,
                    help=f"sim backend: simulated seconds per wall second, 0 to {MOST_SPEED:g} (0: the simulated clock "
-                        "stands still; faster, the simulator cannot keep up with the scrapes)")
-    p.add_argument("--seed", type=int, default=0)
+                        "stands still; faster, the simulator cannot keep up with the scrapes; default "
+                        f"{SIM_DEFAULTS['speed']:g})")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"sim backend: the simulated workloads' random seed (default {SIM_DEFAULTS['seed']})")
     p.add_argument("--power-caps-file", type=given("--power-caps-file"),
                    help="JSON {GPU-uuid: watts} to apply as power limits (agent mode)")
-    p.add_argument("--caps-interval", type=float, default=10.0,
-                   help="seconds between power-cap file reads (0.05 to 86400)")
+    p.add_argument("--caps-interval", type=float, default=None,
+                   help=f"with --power-caps-file: seconds between its reads (0.05 to 86400; default "
+                        f"{CAPS_INTERVAL_S:g})")
     p.add_argument("--duration", type=float, default=0.0, help="exit after this many seconds (0: run forever)")
     p.add_argument("--hostname", type=given("--hostname", "a node name"), default=None, metavar="NAME",
                    help="nvml backend: the Hostname label of every series, the node's name (default: $NODE_NAME, "
@@ -117,18 +125,36 @@ def _check(args: argparse.Namespace) -> None:
     """The command-line values, before a fleet is built or a port bound."""
     if not 0 <= args.port <= 65535:
         raise InputError(None, "--port", args.port, "0..65535")
-    seed(args.seed)
-    number(args.speed, "--speed", 0, MOST_SPEED, unit=" (simulated seconds per wall second; faster, the simulator "
-           "cannot catch up between scrapes and every scrape times out)")
+    if args.seed is not None:
+        seed(args.seed)
+    if args.speed is not None:
+        number(args.speed, "--speed", 0, MOST_SPEED, unit=" (simulated seconds per wall second; faster, the "
+               "simulator cannot catch up between scrapes and every scrape times out)")
     number(args.duration, "--duration", 0, unit=" (0: run forever)")
-    number(args.caps_interval, "--caps-interval", LEAST_INTERVAL_S, MOST_INTERVAL_S,
-           unit=" (seconds: 24h at most, and no busy loop)")
+    if args.caps_interval is not None:
+        number(args.caps_interval, "--caps-interval", LEAST_INTERVAL_S, MOST_INTERVAL_S,
+               unit=" (seconds: 24h at most, and no busy loop)")
     collect_timeouts(args)
     watched_file(args.power_caps_file, "--power-caps-file")
+    only_where_read(args)
+
+
+def only_where_read(args: argparse.Namespace) -> None:
+    """A flag given where nothing reads it is refused, naming what it needs, and one left out set to its default.
+    --fleet, --node, --speed and --seed drive the simulated fleet: with --backend nvml, `--speed 600` served real
+    GPUs at their own pace and exited 0. --caps-interval paces the power-cap agent, which runs only with
+    --power-caps-file: without it, `--caps-interval 1` read no file at all."""
     if args.backend == "nvml":
-        for flag, value in (("--fleet", args.fleet), ("--node", args.node)):
-            if value:
+        for flag, value in (("--fleet", args.fleet), ("--node", args.node), ("--speed", args.speed),
+                            ("--seed", args.seed)):
+            if value is not None:
                 raise InputError(None, flag, value, "only with --backend sim (NVML serves this machine's GPUs)")
+    if args.caps_interval is not None and not args.power_caps_file:
+        raise InputError(None, "--caps-interval", args.caps_interval, "only with --power-caps-file (it is how "
+                         "often the power-cap agent reads that file; without it no agent runs)")
+    for name, default in (*SIM_DEFAULTS.items(), ("caps_interval", CAPS_INTERVAL_S)):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
 
 
 def stuck_after_s(args: argparse.Namespace) -> float:

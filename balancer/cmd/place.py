@@ -22,6 +22,7 @@ from balancer.plan.placement.scheduler import POLICIES
 from balancer.plan.placement.unplaceable import Unfit, hint, unknown_models
 
 MAX_SEEDS = 1000
+MAX_MOVES = 2   # --defrag's moves per failed pod unless --max-moves is given
 
 
 def register(subparsers) -> None:
@@ -40,7 +41,9 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--defrag", action="store_true", help="consolidate (at most --max-moves moves) when a pod fails"
     )
-    parser.add_argument("--max-moves", type=int, default=2, help="moves allowed per failed pod with --defrag")
+    # default None (MAX_MOVES once checked): given without --defrag, which alone reads it, it is refused, not ignored
+    parser.add_argument("--max-moves", type=int, default=None,
+                        help=f"with --defrag: moves allowed per failed pod (default {MAX_MOVES})")
     parser.add_argument("--json", type=given("--json"), dest="json_out",
                         help="write per-seed and median curves here (- for stdout)")
     parser.set_defaults(func=run)
@@ -88,6 +91,20 @@ def notes(unfit: list[Unfit], pods, models: tuple[str, ...], args: argparse.Name
     return out
 
 
+def max_moves(args: argparse.Namespace) -> None:
+    """--max-moves checked, and set to `MAX_MOVES` when left out. It bounds --defrag's moves and nothing else:
+    `--max-moves 5` without --defrag replayed with no defragmentation at all and exited 0, the table and the JSON
+    silent on the moves never made."""
+    if args.max_moves is None:
+        args.max_moves = MAX_MOVES
+        return
+    if args.max_moves < 1:
+        raise InputError(None, "--max-moves", args.max_moves, "an integer >= 1")
+    if not args.defrag:
+        raise InputError(None, "--max-moves", args.max_moves, "only with --defrag (it bounds the moves made for a "
+                         "pod that fits nowhere; without --defrag none is made)")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.policy not in POLICIES:
         raise InputError(None, "--policy", args.policy, ", ".join(POLICIES))
@@ -95,8 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--seeds", args.seeds, f"an integer from 1 to {MAX_SEEDS}")
     if not 1.0 <= args.inflate <= 5.0:
         raise InputError(None, "--inflate", args.inflate, "a number between 1.0 and 5.0")
-    if args.max_moves < 1:
-        raise InputError(None, "--max-moves", args.max_moves, "an integer >= 1")
+    max_moves(args)
     output_file(args.json_out, "--json", {"--nodes": args.nodes, "--pods": args.pods})
     nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
     if not pods:

@@ -26,6 +26,9 @@ from balancer.cmd._args import given, output_dir, seed
 from balancer.errors import InputError
 
 NOT_MEASURED = "not measured"   # a summary figure the run had nothing to measure for (null in summary.json)
+# the policies that read --policy-file (the reconcile loop's BalancerPolicy: `scenarios.GputideController`, tidal's
+# `GputideTidal`); none, static and reactive read none, so a file given with them was ignored without a word
+POLICY_FILE_POLICIES = ("gputide",)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--print", choices=("json", "table"), default="table", dest="print_as",
                    help="how to print the summary (default table)")
     p.add_argument("--policy-file", type=given("--policy-file"), default=None, metavar="FILE",
-                   help="BalancerPolicy YAML for the gputide policy")
+                   help="BalancerPolicy YAML for the gputide policy (only with --policy gputide)")
     p.add_argument("--checkpoint-on-sigterm", choices=("none", "all"), default=None,
                    help="tidal: do the training jobs checkpoint on SIGTERM, so a shrink loses nothing (default none)")
     p.add_argument("--out", type=given("--out", "a folder"), required=True, metavar="DIR")
@@ -76,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
     registry = scenarios.POLICIES
     if args.policy not in registry:
         raise InputError(None, "--policy", args.policy, "one of " + ", ".join(sorted(registry)))
+    if args.policy_file is not None and args.policy not in POLICY_FILE_POLICIES:
+        raise InputError(None, "--policy-file", args.policy_file, f"only with --policy "
+                         f"{' or '.join(POLICY_FILE_POLICIES)} (the reconcile loop's BalancerPolicy; the "
+                         f"{args.policy} policy reads none)")
     spec = fleet.load(args.cluster) if args.cluster else None
     policy = config.load(args.policy_file) if args.policy_file else None
     sim, events, days = scenarios.build(args.scenario, fleet=spec, seed=args.seed, step_s=args.step, days=args.days,
