@@ -49,7 +49,10 @@ calls on a GPU has been inside NVML that long. Those run in each GPU's own job w
 (`exporters.backends.nvml_gpu_reads`): a Set that never returns (a GPU in recovery) leaves the sync ending, the Set
 pending and the GPU stuck, so the sync's beat alone never failed the probe and the agent was never restarted;
 `/readyz` once a sync has ended.
-Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 1 `--once` and its sync failed (logged), 2 bad input.
+Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 1 `--once` and its sync failed (logged), 2 bad input
+(a flag's value, `--state-file` included: a file path in an existing folder the agent can write in, checked before any
+GPU is touched) or no NVML on this machine (libnvidia-ml.so.1 not loadable, the driver not loaded: said with pynvml's
+error, as the exporter exits without it).
 """
 
 from __future__ import annotations
@@ -250,9 +253,41 @@ def agent_interval(text: str) -> float:
 NODE_NAME = "this node's name (the DaemonSet passes $(NODE_NAME))"
 
 
+NVML_WHERE = ("run it on a GPU node whose NVIDIA driver is loaded, libnvidia-ml.so.1 in its container (the NVIDIA "
+              "container runtime mounts it: runtimeClassName nvidia)")
+NVML_MISSING = {   # pynvml's error at nvmlInit -> what is missing, in words
+    "NVMLError_LibraryNotFound": "libnvidia-ml.so.1, NVML's library (the NVIDIA driver's), could not be loaded",
+    "NVMLError_DriverNotLoaded": "the NVIDIA driver is not loaded, though libnvidia-ml.so.1 was found",
+    "NVMLError_LibRmVersionMismatch": "libnvidia-ml.so.1 does not match the NVIDIA driver loaded",
+    "ModuleNotFoundError": "pynvml, NVML's Python binding (nvidia-ml-py), is not installed",
+}
+
+
+class NoNvml(InputError):
+    """NVML cannot be used on this machine, so no cap can be applied: exit 2 at start, as the exporter's NVML backend
+    exits without it (`balancer.cmd.exporter.nvml_backend`). Said as what is missing, with pynvml's error: the
+    exporter's words named an invalid `--backend nvml`, a flag this command does not have."""
+
+    def __init__(self, exc: BaseException) -> None:
+        name = type(exc).__name__
+        super().__init__(None, "NVML", "libnvidia-ml.so.1", NVML_WHERE, f"{name}: {exc}")
+        missing = NVML_MISSING.get(name, "NVML did not initialise")
+        self.args = (f"power-cap-agent applies the caps through NVML, which cannot be used on this machine: "
+                     f"{missing} (pynvml: {self.detail}); {NVML_WHERE}",)
+
+
+def nvml_backend() -> Any:
+    """The NVML backend the caps are applied through; `NoNvml` (exit 2) where NVML cannot be used."""
+    from exporters.backends.nvml import NvmlBackend
+
+    try:
+        return NvmlBackend()
+    except Exception as exc:   # noqa: BLE001 - pynvml's errors (NVMLError_LibraryNotFound, ...) are pynvml's own
+        raise NoNvml(exc) from exc
+
+
 def run(args: argparse.Namespace) -> int:
-    from balancer.cmd._args import kube_client
-    from balancer.cmd.exporter import nvml_backend
+    from balancer.cmd._args import kube_client, replaceable_file
     from exporters.power_caps import PowerCapAgent
     from exporters.power_limits_before import LimitsBefore
 
@@ -262,6 +297,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InputError(None, "--port", args.port, "0..65535")
     interval = agent_interval(args.interval)
+    # replaced by a temporary file renamed over it: a folder there, or a folder missing or read-only, failed every
+    # write once a GPU was capped (each sync then counted failed, the limits before gputide's caps kept in memory
+    # only, an agent restarted giving the GPU back to its default limit): refused before any GPU is touched
+    replaceable_file(args.state_file, "--state-file")
     api = kube_client(args.kubeconfig, "a usable Kubernetes configuration (in-cluster or --kubeconfig)")
     from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 
@@ -305,7 +344,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
     p.add_argument("--state-file", type=given("--state-file"), default=None,
                    help="JSON file keeping each GPU's power limit from before gputide's cap across restarts "
-                        "(a hostPath; default: memory only)")
+                        "(a hostPath; a file path in an existing folder the agent can write in; default: memory "
+                        "only)")
     add_listen_address(p)
     p.add_argument("--once", action="store_true", help="read and apply once, then exit")
     p.set_defaults(func=run)

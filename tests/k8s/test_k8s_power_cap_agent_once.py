@@ -9,9 +9,9 @@ import time
 import pytest
 from fakeapi import FakeKube, node
 
-import balancer.cmd.exporter
 from balancer.actuate.k8s_actuator import KubernetesActuator
 from balancer.cli import main
+from balancer.cmd import power_cap_agent
 from balancer.model import SetPowerLimit
 from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission
 from exporters.backends.nvml import NvmlBackend
@@ -24,7 +24,7 @@ def test_once_exits_non_zero_when_its_sync_failed(kube: FakeKube, api, kubeconfi
     gpu = FakeDevice(uuid="GPU-0")
     if refused:
         gpu.fail["nvmlDeviceSetPowerManagementLimit"] = NVMLError_NoPermission
-    monkeypatch.setattr(balancer.cmd.exporter, "nvml_backend", lambda hostname=None: NvmlBackend(FakeNvml([gpu])))
+    monkeypatch.setattr(power_cap_agent, "nvml_backend", lambda: NvmlBackend(FakeNvml([gpu])))
     cap = SetPowerLimit(reason="hot", gpu=0, uuid="GPU-0", node="n1", watts=450.0, previous_watts=700.0)
     # the real clock, the agent's: the cap's expiry (gputide.io/power-caps-until) is not past yet
     assert KubernetesActuator(api, sleep=lambda s: None, clock=time.time).apply(cap, None).outcome == "applied"
