@@ -88,6 +88,9 @@ class LeaseLeaderElector:
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
         self._persisted: str | None = None               # the ledger on the Lease as of our last write to it
         self._failure: str | None = None                 # why the last read or write of the Lease failed
+        # why the last try could not read or write the Lease (the API unreachable, 5xx, 403); None after one that
+        # could, a 409 (another replica wrote first) included: a standby told from a replica cut off from the API
+        self.last_failure: ActuationError | None = None
         # times we took the Lease (not renewals): the loop tells a lead lost and retaken between two of its asks
         # (as a renewer thread may) from one held throughout, and starts the new term afresh
         self.terms = 0
@@ -143,6 +146,7 @@ class LeaseLeaderElector:
     def _try_acquire_or_renew(self) -> bool:
         # `tick` (monotonic) before the calls: a write's success counts from before it was sent, never later
         now, tick, what = self.clock(), self._tick(), f"lease {self.namespace}/{self.name}"
+        self.last_failure = None
         try:
             lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
         except NotFoundError:
@@ -154,7 +158,7 @@ class LeaseLeaderElector:
             return created
         except ActuationError as err:
             log.warning("%s: %s", what, err)
-            self._failure = _failure(err)
+            self._failure, self.last_failure = _failure(err), err
             return self.is_leader
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -233,6 +237,7 @@ class LeaseLeaderElector:
             if isinstance(err, ConflictError):   # the Lease changed since we read it: not ours until a renewal says so
                 self._renewed_at = None
                 return False
+            self.last_failure = err
             return self.is_leader
         spec = written.get("spec") or {}
         self._persisted = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)

@@ -39,7 +39,8 @@ before its next read, pod or binding (never in the middle of one), then the Leas
 exits: within `stop_budget_s` (90 s as deployed; the Deployment's terminationGracePeriodSeconds covers it). The metrics
 port serves `gputide_scheduler_*` series and the probes `/healthz` (the scheduler moved, a pass ended or its reads
 or a pod's turn began, within max(5 intervals, 5 min, those deadlines): 5 minutes as deployed) and `/readyz`. Exit
-codes: 0 ok, 2 bad input, 3 `--once` whose pass could not read the Kubernetes API (nothing bound).
+codes: 0 ok, 2 bad input, 3 `--once` whose pass could not read the Kubernetes API, or, with `--leader-elect`, whose
+Lease could not be read or written (nothing bound; said with the API's error, not as another replica holding it).
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ from balancer.cmd._args import (
 )
 from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, prometheus_url
 from balancer.config import BalancerPolicy
-from balancer.errors import ActuationError, InputError
+from balancer.errors import ActuationError, InputError, TemporaryActuationError
 
-EXIT_UNREACHABLE = 3   # --once: the pass could not read the Kubernetes API (as `gputide run --once` exits 3)
+EXIT_UNREACHABLE = 3   # --once: the pass (or the Lease) could not read the API (as `gputide run --once` exits 3)
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "gputide-scheduler"   # --lease-name's default
@@ -330,7 +331,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if elector is not None:   # renewed from its own thread however long a pass runs; released on the way out
             elector.start()
-        return one_shot(scheduler, leading) if args.once else serve(args, scheduler, placer, leading, interval)
+        if args.once:
+            return one_shot(scheduler, leading, elector)
+        return serve(args, scheduler, placer, leading, interval)
     finally:
         if elector is not None:   # first: the next leader need not wait for the watches to close
             elector.release()
@@ -350,9 +353,18 @@ def emergency_stop(args: argparse.Namespace) -> EmergencyStop:
     return EmergencyStop(args.emergency_stop_file, args.controller_policy)
 
 
-def one_shot(scheduler, leading) -> int:
-    """`--once`: one pass if this replica holds the Lease (or elects none), each pod's node printed."""
+def one_shot(scheduler, leading, elector=None) -> int:
+    """`--once`: one pass if this replica holds the Lease (or elects none), each pod's node printed. Not holding it
+    because the Lease could not be read or written (`last_failure`: the API unreachable, failing or refusing) is
+    said so and exits as a pass that could not read the API does: it was said as another replica holding it, exit 0,
+    so a script or a check took an API server down for a healthy standby."""
     if not leading():
+        failure = getattr(elector, "last_failure", None)
+        if failure is not None:
+            how = "could not be reached" if isinstance(failure, TemporaryActuationError) else "refused"
+            print(f"gputide schedule --once: the Kubernetes API {how} for the Lease: {failure}; nothing bound",
+                  file=sys.stderr)
+            return EXIT_UNREACHABLE
         print("not the leader: another replica holds the Lease; nothing bound")
         return 0
     try:
