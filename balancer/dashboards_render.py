@@ -54,13 +54,34 @@ DEFAULT_DASHBOARDS_DIR = Path(os.environ.get("GPUTIDE_DASHBOARDS_DIR")
                               or Path(__file__).resolve().parents[1] / "dashboards")
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_POINTS = 11_000   # Prometheus' limit on the points of one series in a range query (else HTTP 400, exit 1)
+MOST_RANGE_S = 366 * 86400   # a year: 99999999w was a query Prometheus refused, blamed on Prometheus (exit 1)
 
 
 def parse_duration(text: str, field_name: str = "--range") -> int:
     m = _DURATION.match(text.strip())
-    if not m or int(m[1]) == 0:
-        raise InputError(None, field_name, text, "a positive duration such as 30m, 6h, 7d")
+    if not m or not 0 < int(m[1]) * _SECONDS[m[2]] <= MOST_RANGE_S:
+        raise InputError(None, field_name, text, "a positive duration such as 30m, 6h, 7d, at most 366d")
     return int(m[1]) * _SECONDS[m[2]]
+
+
+def check_points(range_s: int, step: int, step_text: str, range_text: str) -> None:
+    """A --step that gives --range more steps than Prometheus answers is the flag's fault (exit 2), not Prometheus'."""
+    if range_s / step > MAX_POINTS:
+        raise InputError(None, "--step", step_text, f"at least {math.ceil(range_s / MAX_POINTS)}s for --range "
+                         f"{range_text} (Prometheus returns at most {MAX_POINTS} points a series)")
+
+
+def _api_error(body: bytes) -> str:
+    """The `error` of a Prometheus API error answer, or the start of whatever else answered (a proxy's HTML page:
+    its JSON parse was a traceback inside the handler of the HTTP error)."""
+    try:
+        doc = json.loads(body or b"{}")
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        return str(doc.get("error", ""))
+    return " ".join(body[:200].decode("utf-8", "replace").split()) + (" ..." if len(body) > 200 else "")
 
 
 class PromClient:
@@ -78,12 +99,11 @@ class PromClient:
             with urllib.request.urlopen(full, timeout=self.timeout) as resp:
                 body = json.loads(resp.read())
         except urllib.error.HTTPError as exc:
-            body = json.loads(exc.read() or b"{}")
-            raise TelemetryUnavailable(f"{path}: HTTP {exc.code}: {body.get('error', '')}") from exc
+            raise TelemetryUnavailable(f"{path}: HTTP {exc.code}: {_api_error(exc.read())}") from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise TelemetryUnavailable(f"cannot reach Prometheus at {self.url}: {exc}") from exc
-        if body.get("status") != "success":
-            raise TelemetryUnavailable(f"{path}: {body.get('error', body)}")
+        if not isinstance(body, dict) or body.get("status") != "success":   # a JSON list: not Prometheus' API
+            raise TelemetryUnavailable(f"{path}: {body.get('error', body) if isinstance(body, dict) else body}")
         return body["data"]
 
     def query_range(self, expr: str, start: float, end: float, step: int) -> list[Series]:
@@ -112,8 +132,101 @@ class RenderReport:
     markers: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Need:
+    """A key the renderer reads without a default (`d["gridPos"]`): a dashboard without it is refused."""
+
+    spec: object
+
+
+@dataclass(frozen=True)
+class _Each:
+    """An object whose every value is `spec` (a value mapping's options: value -> {text, color})."""
+
+    spec: object
+
+
+# What the renderer reads of a dashboard, and nothing more (not Grafana's schema): a key left out takes the
+# renderer's default; a key there must be of its kind, else a TypeError or KeyError deep in the drawing.
+_TARGET = {"expr": _Need(str), "legendFormat": str}
+_PANEL = {
+    "type": _Need(str), "title": str, "targets": [_TARGET],
+    "gridPos": _Need({"x": _Need(int), "y": _Need(int), "w": _Need(int), "h": _Need(int)}),
+    "fieldConfig": {"defaults": {"unit": str, "mappings": [{"options": _Each((dict, type(None)))}],
+                                 "custom": {"stacking": dict}}},
+    "transformations": [{"id": _Need(str), "options": {"rowField": str, "columnField": str}}],
+    "options": {"yAxis": dict, "color": {"scheme": str}},
+}
+_DASHBOARD = {
+    "title": _Need(str), "uid": str,
+    "panels": _Need(list),   # of _PANEL, each checked by _check_panel (a row needs its type alone)
+    "templating": {"list": [{"name": _Need(str), "type": str, "allValue": (str, type(None)),
+                             "query": (str, dict)}]},
+    "annotations": {"list": [{"expr": str}]},
+}
+_KINDS = {str: "a string", int: "an integer", dict: "an object", list: "a list", type(None): "null"}
+# The PNG is 40.5 pixels per grid row (0.45 in at 90 dpi) and matplotlib draws at most 2**16 pixels a side.
+MAX_GRID_ROWS = 1600
+
+
+class _Bad(Exception):
+    def __init__(self, where: str, value: object, allowed: str, detail: str = "") -> None:
+        super().__init__(where)
+        shown = value if value is None or isinstance(value, (str, int, float)) else f"({_kind(value)})"
+        self.where, self.value, self.allowed, self.detail = where, shown, allowed, detail
+
+
+def _kind(value: object) -> str:
+    return next((text for t, text in _KINDS.items() if isinstance(value, t) and not isinstance(value, bool)),
+                type(value).__name__)
+
+
+def _allowed(spec: object) -> str:
+    if isinstance(spec, (type, tuple)):
+        return " or ".join(_KINDS[k] for k in (spec if isinstance(spec, tuple) else (spec,)))
+    return "a list" if isinstance(spec, list) else f"an object with {', '.join(spec)}"
+
+
+def _check(value: object, spec: object, where: str) -> None:
+    """`value` (at `where`) is of `spec`: a type or tuple of types, a {key: spec} object, a [spec] list or _Each."""
+    if isinstance(spec, (type, tuple)):
+        kinds = spec if isinstance(spec, tuple) else (spec,)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise _Bad(where, value, _allowed(spec))
+    elif isinstance(spec, list):
+        _check(value, list, where)
+        for i, item in enumerate(value):
+            _check(item, spec[0], f"{where}[{i}]")
+    else:
+        _check(value, dict, where)
+        keys = {key: spec.spec for key in value} if isinstance(spec, _Each) else spec
+        for key, inner in keys.items():
+            if key in value:
+                _check(value[key], inner.spec if isinstance(inner, _Need) else inner, f"{where}.{key}".lstrip("."))
+            elif isinstance(inner, _Need):
+                raise _Bad(f"{where}.{key}".lstrip("."), None, _allowed(inner.spec), "missing")
+
+
+def _check_panel(panel: object, where: str) -> None:
+    """One panel: a row only needs its type (the renderer skips it); every other panel is drawn, on the grid."""
+    if isinstance(panel, dict) and panel.get("type") == "row":
+        return
+    _check(panel, _PANEL, where)
+    g = panel["gridPos"]
+    wide, tall = "Grafana's grid is 24 columns wide", f"a PNG holds at most {MAX_GRID_ROWS} grid rows"
+    for key, least, most, why in (("x", 0, 23, wide), ("w", 1, 24 - g["x"], wide), ("y", 0, MAX_GRID_ROWS - 1, tall),
+                                  ("h", 1, MAX_GRID_ROWS - g["y"], tall)):
+        if not least <= g[key] <= most:
+            raise _Bad(f"{where}.gridPos.{key}", g[key], f"an integer from {least} to {most} ({why})")
+    for i, t in enumerate(panel.get("transformations", [])):
+        if t["id"] == "groupingToMatrix" and t.get("options") and not {"rowField", "columnField"} <= set(t["options"]):
+            raise _Bad(f"{where}.transformations[{i}].options", t["options"],
+                       "an object naming the rowField and the columnField of the grid", "groupingToMatrix")
+
+
 def _dashboard(path: Path) -> dict:
-    """One dashboard file; unreadable, not UTF-8, not JSON or not a JSON object is an InputError naming it."""
+    """One dashboard file; unreadable, not UTF-8, not JSON, not a JSON object or without what the renderer reads
+    of a Grafana dashboard (`_DASHBOARD`) is an InputError naming it and the field."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -121,6 +234,12 @@ def _dashboard(path: Path) -> dict:
                          str(exc)) from exc
     if not isinstance(doc, dict):
         raise InputError(str(path), "(document)", type(doc).__name__, "a JSON object (a Grafana dashboard)")
+    try:
+        _check(doc, _DASHBOARD, "")
+        for i, panel in enumerate(doc["panels"]):
+            _check_panel(panel, f"panels[{i}]")
+    except _Bad as bad:
+        raise InputError(str(path), bad.where, bad.value, bad.allowed, bad.detail) from None
     return doc
 
 
@@ -145,7 +264,7 @@ def resolve_variables(dashboard: dict, client: PromClient) -> dict[str, str]:
             values[var["name"]] = var.get("allValue") or ".*"
             continue
         query = var.get("query")
-        query = query.get("query", "") if isinstance(query, dict) else str(query)
+        query = str(query.get("query", "") if isinstance(query, dict) else query)
         m = re.match(r"label_values\((.+),\s*(\w+)\)$", query.strip())
         options = client.label_values(interpolate(m[1], values, 60, 3600), m[2]) if m else []
         values[var["name"]] = re.escape(options[0]) if options else ".*"
@@ -216,8 +335,9 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
     report.empty_panels[name], report.series[name] = [], {}
     for panel in panels:
         g = panel["gridPos"]
+        # a 1-column or 1-row panel (Grafana's least) is drawn small, not refused by matplotlib for its negative size
         ax = fig.add_axes((g["x"] / 24 + 0.03, 1 - (header + g["y"] + g["h"]) / rows + 0.25 / rows,
-                           g["w"] / 24 - 0.05, (g["h"] - 1.1) / rows))
+                           max(g["w"] / 24 - 0.05, 0.5 / 24), max(g["h"] - 1.1, 0.5) / rows))
         ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
         unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
         data = renderer.panel_data(panel, variables)
@@ -247,7 +367,10 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
             ax.xaxis_date()
             ax.tick_params(axis="x", labelsize=6)
     path = out / f"{name}.png"
-    fig.savefig(path, dpi=90)
+    try:
+        fig.savefig(path, dpi=90)
+    except OSError as exc:   # a read-only or full folder: the flag's to name, not a traceback
+        raise InputError(None, "--out", str(out), "a folder this process can write PNGs in", str(exc)) from exc
     return path
 
 
@@ -259,8 +382,13 @@ def render(prometheus_url: str, out: Path, *, dashboards_dir: Path = DEFAULT_DAS
     step = step or max(1, math.ceil(range_s / 300))
     renderer = _Renderer(PromClient(prometheus_url), end - range_s, end, step)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    dashboards = load_dashboards(dashboards_dir, uid)   # refused before anything is written
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(None, "--out", str(out), "a folder this process can create and write PNGs in",
+                         str(exc)) from exc
     report = RenderReport()
-    for name, dashboard in load_dashboards(dashboards_dir, uid):
+    for name, dashboard in dashboards:
         report.written.append(render_dashboard(dashboard, renderer, out, report, name))
     return report

@@ -3,7 +3,10 @@
 `build` regenerates `dashboards/*.json` from the Python sources (a source checkout with the dev extras:
 grafana-foundation-sdk). `render` runs every panel's queries against a Prometheus and writes one PNG per
 dashboard; it exits 1 when Prometheus cannot be reached, and with `--require-data` when a panel had no data (a
-per-MIG-instance panel on a Prometheus without any MIG GPU is expected to be empty and does not count).
+per-MIG-instance panel on a Prometheus without any MIG GPU is expected to be empty and does not count). Bad input
+exits 2 naming the flag or the file and field: a dashboard file without what the renderer reads (a string title, a
+list of panels, each with its type and its place on the grid), a --step that needs more points than Prometheus
+answers, a `build --check` against a folder that is not there.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 
 from balancer.cmd._args import given
-from balancer.errors import TelemetryUnavailable
+from balancer.errors import InputError, TelemetryUnavailable
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -21,13 +24,20 @@ def run_build(args: argparse.Namespace) -> int:
 
     if args.out:   # a file there (or above it) was a FileExistsError traceback from mkdir
         output_dir(args.out, "--out")
+    if args.out and args.check and not Path(args.out).is_dir():   # was "out of date", exit 1, for each dashboard
+        raise InputError(None, "--out", args.out, "an existing folder: --check compares the dashboards' JSON files "
+                         "there with what the Python sources generate", "no such folder")
     try:
         from dashboards import build
     except ImportError as exc:
         print(f"gputide dashboards build needs a source checkout with the dev extras ({exc})", file=sys.stderr)
         return 1
     argv = ["--out", str(args.out)] if args.out else []
-    return build.main(argv + (["--check"] if args.check else []))
+    try:
+        return build.main(argv + (["--check"] if args.check else []))
+    except (OSError, UnicodeDecodeError) as exc:   # a folder that cannot be made or written, a JSON file not text
+        raise InputError(None, "--out", args.out or str(build.HERE), "a folder this process can create, read and "
+                         "write the dashboards' JSON files in", str(exc)) from exc
 
 
 def run_render(args: argparse.Namespace) -> int:
@@ -40,6 +50,8 @@ def run_render(args: argparse.Namespace) -> int:
     range_s = dr.parse_duration(args.range)
     # `is not None`: `--step ''` is a step given and unusable (refused naming it), not the default range / 300
     step = dr.parse_duration(args.step, "--step") if args.step is not None else None
+    if step is not None:
+        dr.check_points(range_s, step, args.step, args.range)
     try:
         report = dr.render(args.prometheus, Path(args.out),
                            dashboards_dir=Path(args.dashboards_dir or dr.DEFAULT_DASHBOARDS_DIR),
@@ -65,7 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b = sub.add_parser("build", help="regenerate dashboards/*.json from the Python sources")
     b.add_argument("--out", type=given("--out", "a folder"), default=None,
                    help="output directory (default: dashboards/)")
-    b.add_argument("--check", action="store_true", help="exit 1 if the committed JSON is out of date")
+    b.add_argument("--check", action="store_true",
+                   help="exit 1 if the JSON in --out (an existing folder) is out of date")
     b.set_defaults(func=run_build)
     r = sub.add_parser("render", help="draw each dashboard's panels to PNG from a Prometheus")
     r.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://127.0.0.1:9090")

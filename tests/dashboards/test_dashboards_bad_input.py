@@ -1,0 +1,180 @@
+"""Bad input to `gputide dashboards build|render` exits 2 with one line naming the file or flag, the field, the value
+and what is allowed (audit s38): `{"title": 5}` in --dashboards-dir was drawn to a PNG, exit 0; `build --out /nope
+--check` said every dashboard was "out of date", exit 1; a panel's bad key, a non-UTF-8 JSON file in `build --out`,
+a proxy's HTML error page were tracebacks; a --range or --step Prometheus cannot answer was blamed on it (exit 1)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from balancer.cli import main
+
+PROM = "http://127.0.0.1:1"   # nothing answers there: every refusal comes before a query
+GRID = {"x": 0, "y": 0, "w": 12, "h": 8}
+STAT = {"type": "stat", "title": "GPUs", "gridPos": GRID, "targets": [{"expr": "count(up)"}]}
+
+
+def _one_error(capsys, code: int) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("gputide: error: "), err
+    return lines[0]
+
+
+def _render(tmp_path: Path, dashboard: object, *extra: str) -> int:
+    boards = tmp_path / "boards"
+    boards.mkdir()
+    (boards / "board.json").write_text(json.dumps(dashboard))
+    return main(["dashboards", "render", "--prometheus", PROM, "--out", str(tmp_path / "png"),
+                 "--dashboards-dir", str(boards), *extra])
+
+
+def test_a_json_object_that_is_not_a_dashboard_is_refused_naming_file_field_value_and_allowed(tmp_path, capsys):
+    line = _one_error(capsys, _render(tmp_path, {"title": 5}))
+    assert line == (f"gputide: error: {tmp_path / 'boards' / 'board.json'}: field 'title': invalid value 5; "
+                    "allowed: a string")
+    assert not (tmp_path / "png").exists(), "nothing is written for a refused dashboard"
+
+
+@pytest.mark.parametrize(("dashboard", "field", "value", "allowed"), [
+    pytest.param({"title": "t"}, "panels", "None", "a list (missing)", id="no panels"),
+    pytest.param({"title": "t", "panels": {"a": STAT}}, "panels", "'(an object)'", "a list", id="panels an object"),
+    pytest.param({"title": "t", "panels": ["stat"]}, "panels[0]", "'stat'", "an object", id="a panel not an object"),
+    pytest.param({"title": "t", "panels": [{"type": "row"}, {"type": "stat"}]}, "panels[1].gridPos", "None",
+                 "an object with x, y, w, h (missing)", id="a panel off the grid (a row needs none)"),
+    pytest.param({"title": "t", "panels": [STAT | {"gridPos": GRID | {"x": 20}}]}, "panels[0].gridPos.w", "12",
+                 "an integer from 1 to 4 (Grafana's grid is 24 columns wide)", id="a panel past the 24 columns"),
+    pytest.param({"title": "t", "panels": [STAT | {"gridPos": GRID | {"y": 5000}}]}, "panels[0].gridPos.y", "5000",
+                 "an integer from 0 to 1599 (a PNG holds at most 1600 grid rows)", id="a panel past the PNG's height"),
+    pytest.param({"title": "t", "panels": [STAT | {"gridPos": GRID | {"h": 8.5}}]}, "panels[0].gridPos.h", "8.5",
+                 "an integer", id="a fractional height"),
+    pytest.param({"title": "t", "panels": [STAT | {"title": 7}]}, "panels[0].title", "7", "a string",
+                 id="a panel title not a string"),
+    pytest.param({"title": "t", "panels": [STAT | {"targets": [{"legendFormat": "{{gpu}}"}]}]},
+                 "panels[0].targets[0].expr", "None", "a string (missing)", id="a query without its expression"),
+    pytest.param({"title": "t", "panels": [STAT | {"fieldConfig": {"defaults": {"unit": ["watt"]}}}]},
+                 "panels[0].fieldConfig.defaults.unit", "'(a list)'", "a string", id="a unit not a string"),
+    pytest.param({"title": "t", "panels": [STAT | {"transformations": [{"id": "groupingToMatrix",
+                                                                        "options": {"rowField": "hostname"}}]}]},
+                 "panels[0].transformations[0].options", "'(an object)'",
+                 "an object naming the rowField and the columnField of the grid (groupingToMatrix)",
+                 id="a grid without its column field"),
+    pytest.param({"title": "t", "panels": [], "templating": {"list": [{"type": "query", "query": "up"}]}},
+                 "templating.list[0].name", "None", "a string (missing)", id="a variable without a name"),
+])
+def test_a_dashboard_without_what_the_renderer_reads_exits_2(tmp_path, capsys, dashboard, field, value, allowed):
+    line = _one_error(capsys, _render(tmp_path, dashboard))
+    assert line == (f"gputide: error: {tmp_path / 'boards' / 'board.json'}: field '{field}': invalid value {value}; "
+                    f"allowed: {allowed}")
+
+
+def test_an_unknown_uid_among_dashboards_whose_uid_is_not_a_string_exits_2(tmp_path, capsys):
+    """The list of the uids there was a TypeError traceback (str.join of an int)."""
+    line = _one_error(capsys, _render(tmp_path, {"title": "t", "uid": 5, "panels": []}, "--dashboard", "x"))
+    assert line.endswith("board.json: field 'uid': invalid value 5; allowed: a string")
+
+
+@pytest.mark.parametrize(("flags", "field", "allowed"), [
+    pytest.param(["--range", "99999999w"], "--range", "a positive duration such as 30m, 6h, 7d, at most 366d",
+                 id="a range of two million years"),
+    pytest.param(["--range", "7d", "--step", "1s"], "--step",
+                 "at least 55s for --range 7d (Prometheus returns at most 11000 points a series)",
+                 id="more steps than Prometheus answers"),
+])
+def test_a_range_prometheus_cannot_answer_exits_2_not_1(tmp_path, capsys, flags, field, allowed):
+    code = main(["dashboards", "render", "--prometheus", PROM, "--out", str(tmp_path / "png"), *flags])
+    line = _one_error(capsys, code)
+    assert f"field '{field}'" in line and line.endswith(f"allowed: {allowed}")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no folder can be made")
+@pytest.mark.parametrize("action", [["render", "--prometheus", PROM], ["build"]])
+def test_an_out_folder_that_cannot_be_made_exits_2(capsys, action):
+    """mkdir's FileNotFoundError was a traceback (root makes folders anywhere else; /proc refuses even root)."""
+    line = _one_error(capsys, main(["dashboards", *action, "--out", "/proc/gputide-no-such/png"]))
+    assert "field '--out': invalid value '/proc/gputide-no-such/png'" in line and "No such file" in line
+
+
+class _Proxy:
+    """A reverse proxy in front of a Prometheus that is down: HTTP 502 with an HTML page."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(502)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(b"<html><body><h1>502 Bad Gateway</h1></body></html>")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_an_html_error_page_from_a_proxy_exits_1_quoting_it(tmp_path, capsys):
+    """Its JSON parse, in the handler of the HTTP error, was a JSONDecodeError traceback."""
+    proxy = _Proxy()
+    try:
+        code = main(["dashboards", "render", "--prometheus", proxy.url, "--out", str(tmp_path),
+                     "--dashboard", "gputide-balancer"])
+    finally:
+        proxy.close()
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert err.startswith("gputide: error: /api/v1/query_range: HTTP 502: <html><body><h1>502 Bad Gateway"), err
+
+
+def test_build_check_against_a_missing_folder_exits_2_saying_so(tmp_path, capsys):
+    out = tmp_path / "nope"
+    line = _one_error(capsys, main(["dashboards", "build", "--out", str(out), "--check"]))
+    assert line == (f"gputide: error: field '--out': invalid value {str(out)!r}; allowed: an existing folder: --check "
+                    "compares the dashboards' JSON files there with what the Python sources generate "
+                    "(no such folder)")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("check", [["--check"], []], ids=["--check", "build"])
+def test_build_where_a_dashboard_file_cannot_be_read_or_written_exits_2(tmp_path, capsys, check):
+    """A folder in the place of gpu-fleet.json was an IsADirectoryError traceback, reading it (--check) or writing."""
+    pytest.importorskip("grafana_foundation_sdk")
+    (tmp_path / "gpu-fleet.json").mkdir()
+    line = _one_error(capsys, main(["dashboards", "build", "--out", str(tmp_path), *check]))
+    assert f"field '--out': invalid value {str(tmp_path)!r}" in line and "Is a directory" in line
+
+
+def test_build_check_with_a_json_file_not_utf8_exits_2(tmp_path, capsys):
+    pytest.importorskip("grafana_foundation_sdk")
+    (tmp_path / "gpu-fleet.json").write_bytes(b"\xff\xfe{}")
+    line = _one_error(capsys, main(["dashboards", "build", "--out", str(tmp_path), "--check"]))
+    assert "field '--out'" in line and "can't decode byte 0xff" in line
+
+
+@pytest.mark.parametrize("panel_type", ["stat", "timeseries", "heatmap", "table", "bargauge"])
+def test_a_panel_one_column_wide_and_one_row_high_is_drawn(tmp_path, capsys, panel_type):
+    """Grafana's least panel (w 1, h 1) was a negative axes size, a matplotlib ValueError traceback."""
+    from test_dashboards_render import FakePrometheus
+
+    panel = {"type": panel_type, "title": "tiny", "gridPos": {"x": 3, "y": 2, "w": 1, "h": 1},
+             "targets": [{"expr": "gpu:temp"}]}
+    (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": [panel]}))
+    fake = FakePrometheus()
+    try:
+        code = main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path / "png"),
+                     "--dashboards-dir", str(tmp_path), "--require-data"])
+    finally:
+        fake.close()
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "png" / "board.png").read_bytes()[:4] == b"\x89PNG"
