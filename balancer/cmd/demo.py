@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from balancer.cmd._args import distinct, given
+from balancer.cmd._args import distinct, given, items
 
 STAGES = ("live", "hotspot", "tidal", "forecast", "place")
 
@@ -26,11 +26,11 @@ def run(args: argparse.Namespace) -> int:
     from balancer.cmd._args import output_dir
     from balancer.errors import InputError
 
-    stages = tuple(s for s in args.stages.split(",") if s)
+    allowed = "comma-separated stages of " + ", ".join(STAGES)
+    stages = tuple(items(args.stages, "--stages", allowed))   # `live,,place` ran two stages without a word
     unknown = [s for s in stages if s not in STAGES]
     if unknown or not stages:
-        raise InputError(None, "--stages", unknown[0] if unknown else args.stages,
-                         "comma-separated stages of " + ", ".join(STAGES))
+        raise InputError(None, "--stages", unknown[0] if unknown else args.stages, allowed)
     distinct(list(stages), "--stages")
     output_dir(args.out, "--out")
     run_demo(Path(args.out), quick=args.quick, stages=stages)

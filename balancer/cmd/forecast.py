@@ -18,21 +18,20 @@ import time
 
 import pandas as pd
 
-from balancer.cmd._args import NegativeValues, distinct, given, number, output_file, report_to, write_json
+from balancer.cmd._args import (
+    NegativeValues,
+    distinct,
+    given,
+    items,
+    number,
+    output_file,
+    report_to,
+    write_json,
+)
 from balancer.errors import InputError
 
 HORIZONS = "1h,4h,24h"   # --horizons unless given
 HORIZONS_ALLOWED = "comma-separated durations such as 1h,4h,24h"
-
-
-def _split(text: str, flag: str, allowed: str) -> list[str]:
-    """The items of a comma-separated flag; none at all is left to the caller (its own message). An empty item
-    among others (`1h,,2h`, a trailing comma) was dropped without a word: refused, naming the flag and value."""
-    items = [p.strip() for p in text.split(",")]
-    if any(items) and not all(items):
-        raise InputError(None, flag, text, f"{allowed}; an empty item (two commas in a row, or one at an end) is "
-                         "not allowed")
-    return [p for p in items if p]
 
 
 def register(subparsers) -> None:
@@ -66,7 +65,7 @@ def _durations(args: argparse.Namespace) -> list[float]:
     if args.step is not None:
         parse_step(args.step, field="--step")
     args.horizons_given, args.horizons = args.horizons is not None, HORIZONS if args.horizons is None else args.horizons
-    texts = _split(args.horizons, "--horizons", HORIZONS_ALLOWED)
+    texts = items(args.horizons, "--horizons", HORIZONS_ALLOWED)
     horizons = [parse_step(h, field="--horizons").total_seconds() for h in texts]
     if not horizons:
         raise InputError(None, "--horizons", args.horizons, HORIZONS_ALLOWED)
@@ -82,7 +81,7 @@ def _whole_steps(args: argparse.Namespace, horizons: list[float], step: float | 
 
     if step is None:
         return
-    texts = _split(args.horizons, "--horizons", HORIZONS_ALLOWED)
+    texts = items(args.horizons, "--horizons", HORIZONS_ALLOWED)
     try:
         whole_steps(horizons, step, texts)
     except HorizonError as exc:
@@ -188,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     horizons = _durations(args)
     check_timezone(args.timezone, "--timezone")
     models_allowed = "comma-separated model names: " + ", ".join(sorted(MODELS))
-    models = _split(args.models, "--models", models_allowed) if args.models is not None else None
+    models = items(args.models, "--models", models_allowed) if args.models is not None else None
     if models == []:
         raise InputError(None, "--models", args.models, models_allowed)
     for m in models or []:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from balancer.cmd._args import distinct, given, output_dir
+from balancer.cmd._args import distinct, given, items, output_dir
 from balancer.cmd._rulefile import check_rule_file
 from balancer.cmd.run import cluster_name
 from balancer.errors import InputError
@@ -50,18 +50,15 @@ SCRAPE_ALLOWED = (f"a Prometheus duration from {LEAST_SCRAPE_S:g}s to {MOST_SCRA
 def _addresses(text: str, field: str) -> list[str]:
     """host:port items of a comma-separated flag, each once: an empty item (`a:1,,b:2`, a trailing comma) was
     dropped without a word, and a repeated one written twice into the job (scraped twice, each series doubled)."""
-    items = [part.strip() for part in text.split(",")]
-    if not any(items):
+    addresses = items(text, field, _ADDRESS_HELP)
+    if not addresses:
         raise InputError(None, field, text, _ADDRESS_HELP)
-    if not all(items):
-        raise InputError(None, field, text, f"{_ADDRESS_HELP}: an empty item (two commas in a row, or one at an "
-                         "end) is not allowed")
-    for item in items:
-        host, _, port = item.rpartition(":")
+    for address in addresses:
+        host, _, port = address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InputError(None, field, item, _ADDRESS_HELP)
-    distinct(items, field, values=f"addresses {_ADDRESS_HELP}")
-    return items
+            raise InputError(None, field, address, _ADDRESS_HELP)
+    distinct(addresses, field, values=f"addresses {_ADDRESS_HELP}")
+    return addresses
 
 
 def _targets(args: argparse.Namespace) -> list[Target]:

@@ -91,3 +91,17 @@ def test_a_retention_in_prometheus_units_is_taken(monkeypatch, value):
     monkeypatch.setattr("balancer.cmd.prometheus._run_foreground", lambda args, *a: ran.append(args.retention) or 0)
     assert main(["prometheus", "--run", "--targets", "127.0.0.1:9400", "--retention", value]) == 0
     assert ran == [value]
+
+
+@pytest.mark.parametrize("stages", ["live,,place", "live,place,", ",live", "live, ,place"],
+                         ids=["two commas", "trailing", "leading", "blank"])
+def test_demo_stages_with_an_empty_item_exits_2_before_running(tmp_path, capsys, monkeypatch, stages):
+    """`demo --stages live,,place,` ran ('live', 'place') without a word, as the other comma lists did (m2)."""
+    ran = []
+    monkeypatch.setattr("balancer.app.demo.run_demo", lambda *a, **kw: ran.append(kw.get("stages")))
+    code = main(["demo", "--stages", stages, "--out", str(tmp_path / "demo")])
+    line = one_error_line(capsys)
+    assert (code, ran) == (2, []), line
+    assert line.startswith(f"gputide: error: field '--stages': invalid value '{stages}'; allowed: comma-separated "
+                           "stages of live, hotspot, tidal, forecast, place; an empty item (two commas in a row, or "
+                           "one at an end) is not allowed"), line
