@@ -50,28 +50,35 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   rest, so newer kubelets with more fields answer the same, and older ones without a field answer it empty).
 * `PodAttribution(client, grace_s)`: turns the answer into `WorkloadInfo`s for this node's GPUs. If the kubelet
   does not answer (restarting, socket not mounted, permission denied), the last answer is kept for `grace_s`
-  seconds (on a monotonic clock: a wall clock stepped by NTP moves no grace) counted from the first collection
-  that failed (not from the kubelet's last answer), from when it began to when a later one began (before their
-  GPU reads, whose time varies: `Attributed.read`), and then dropped, so
-  a lasting outage shows as no attribution rather than as frozen pods; it is dropped only by a collection after
-  a scrape was answered with one that failed (it said up 0 with the kept pods), never by the first (with `grace_s`
-  0 too). Why: dropped in the scrape that first said
+  seconds (on a monotonic clock: a wall clock stepped by NTP moves no grace), counted not from the kubelet's last
+  answer but from the first collection of this outage that began once another of it had completed (in
+  `gputide exporter`, usually the second failed collection; in a registry rendered directly, below, the first),
+  from when it began to when a later one began (before their GPU reads, whose time varies: `Attributed.read`),
+  and then dropped, so a lasting outage shows as no attribution rather than as frozen pods; it is dropped only by a
+  collection after a scrape was answered with one that failed (it said up 0 with the kept pods), never by the
+  first (with `grace_s` 0 too). Why: dropped in the scrape that first said
   `gputide_pod_resources_up` 0, Prometheus' remote write with several shards could deliver the pods' stale
   markers before up 0 (up to its `batch_send_deadline`, 5 s, apart), and the controller, which reads pod
   attribution with up 0 (`gpu:pod_attribution_down:bool`), saw GPUs with no pods and no up 0 for a moment: free.
   What holds: every scraper that scrapes this exporter at least every `grace_s` (each Prometheus of an HA pair
-  counted alone) gets at least one scrape with up 0 and the kept pods before they go, since its first scrape
-  after the first failed collection comes within `grace_s` of it. Not for a scraper slower than that, nor for
-  `grace_s` 0 with several scrapers: only the one whose scrape ran the first failed collection is sure to get it,
-  another may go from up 1 with the pods to up 0 without them in one scrape. A failed collection that no scrape
+  counted alone) gets at least one scrape with up 0 and the kept pods before they go: from when the grace is
+  counted on, every scrape is answered with a collection of this outage (the running one, or the last complete
+  one served instead: `exporters.health`), never with one from before it, and such a scraper's last scrape before
+  the collection that drops the pods comes within `grace_s` of that collection's start, so after the grace
+  began. Counted from the first failed collection, an HA pair lost it: that collection outran `--collect-timeout`, both
+  scrapers' next scrapes got the last complete one (up 1, the pods), one then got up 0 with the pods, and the
+  other, scraping every `grace_s`, next got up 0 without them. Not for a scraper slower than that, nor for
+  `grace_s` 0 with several scrapers (the pods go in the first failed collection after a scrape carried up 0,
+  below): only a scraper that was answered with up 0 before it is sure to get it, another may go from up 1 with
+  the pods to up 0 without them in one scrape. A failed collection that no scrape
   was answered with published nothing: one that outran `--collect-timeout` (scrapes got the last complete one
   instead, `exporters.health`) or the one the exporter makes as it starts, for no scrape. So "a scrape was
   answered with it" is what counts (`CollectHealth.served_seq`, `exporters.health.current_collection`): until a
   scrape carried up 0 of this outage, later failed collections keep the pods with up 0 however long past `grace_s`
-  (counted from the first failed collection as before); collected other than through `CollectHealth.run` (a
-  registry rendered directly), each collection is its caller's answer. An answer already older than 2 x
-  `grace_s` when the first failed collection began (no collection for that long: Prometheus away) goes at the
-  next failed collection once up 0 was served, still never at the first. Kept `grace_s` more, an hour-old
+  (counted as above); collected other than through `CollectHealth.run` (a registry rendered directly), each
+  collection is its caller's answer. An answer already older than 2 x `grace_s` when the first failed collection
+  began (no collection for that long: Prometheus away; with `grace_s` 0, any answer) goes at the next failed
+  collection once up 0 was served, still never at the first. Kept `grace_s` more, an hour-old
   answer's pods, some long gone, were billed that much longer (`gpu_pod:attribution:share` does not read up); and
   no scraper that scrapes at least every `grace_s` is
   owed them: its last scrape before that collection carried one begun at most `grace_s` + `--serve-stale-for`
@@ -340,6 +347,9 @@ class PodAttribution:
         self._failing_since: float | None = None
         # (the health, the number) of the first failed collection of this outage, where `CollectHealth.run` ran it
         self._down_in: tuple[CollectHealth, int] | None = None
+        # when the first collection of this outage began that began after one of it had completed (on `clock`): from
+        # then on every scrape is answered with a collection of this outage (`_down_for_all`)
+        self._down_for_all_from: float | None = None
         self._stale_kept = False   # the kept answer was over 2 x grace_s old when the first failed collection began
         # (namespace, pod, resource, device ID) -> the number of the kubelet answer it first appeared in
         self._first_seen: dict[tuple[str, str, str, str], int] = {}
@@ -360,7 +370,7 @@ class PodAttribution:
             published_down = since is not None and self._down_published()   # a scrape said up 0 since
             if since is None:
                 since = self._failing_since = now
-                self._down_in = current_collection()
+                self._down_in, self._down_for_all_from = current_collection(), None
                 # no collection for 2 x grace_s (Prometheus away): no scraper scraping every grace_s is owed the
                 # pods, and an old answer kept grace_s longer bills departed pods (module docstring)
                 self._stale_kept = now - self._answered_at > 2 * self.grace_s
@@ -368,9 +378,14 @@ class PodAttribution:
                             "for %s", getattr(self.client, "socket", "?"),
                             exc.code() if hasattr(exc, "code") else exc, now - self._answered_at,
                             "this collection only" if self._stale_kept else f"{self.grace_s:.0f} s")
-            # grace counted from the first failed collection, not the last answer: a scraper's first scrape after
-            # it is then within grace_s of it, and gets up 0 with the pods (module docstring)
-            if self._last is not None and published_down and (self._stale_kept or now - since > self.grace_s):
+            if self._down_for_all_from is None and self._down_for_all():
+                self._down_for_all_from = now if self._down_in is not None else since
+            # grace counted from when every scrape is answered with a collection of this outage, not from the last
+            # answer nor from the first failed collection (served the last complete one instead, it left a scraper
+            # with up 1 and the pods): a scraper's last scrape before the drop comes after it (module docstring)
+            if self._last is not None and published_down and (
+                    self._stale_kept or (self._down_for_all_from is not None
+                                         and now - self._down_for_all_from > self.grace_s)):
                 log.error("kubelet PodResources silent for %.0f s (%.0f s since it last answered): GPUs are "
                           "published without their pods", now - since, now - self._answered_at)
                 self._last = None
@@ -388,6 +403,18 @@ class PodAttribution:
             return True
         health, first = self._down_in
         return health.served_seq >= first
+
+    def _down_for_all(self) -> bool:
+        """Whether a collection of this outage had completed before this one began (`CollectHealth.last_complete`
+        is one numbered at least as the first failed collection; it changes only as a collection ends, and this one
+        runs): a scrape from now on is answered with this one, a later one, or the last complete one (this outage's),
+        never with one from before the outage. Collected other than through `CollectHealth.run`, each collection is
+        its caller's answer: from the first failed collection on."""
+        if self._down_in is None:
+            return True
+        health, first = self._down_in
+        last = health.last_complete
+        return last is not None and last.seq >= first
 
     def _settled(self, allocations: list[Allocation]) -> list[Allocation]:
         """`allocations` less the claims on a device ID that a pod which appeared later claims too (module

@@ -154,3 +154,46 @@ def test_only_a_collection_a_scrape_was_answered_with_counts_as_served():
     exporter.scrape(1030)
     assert exporter.health.served_seq == 4 and [s[1] for s in seen] == [1, 2, 3, 4]   # type: ignore[index]
     assert current_collection() is None
+
+
+def ha_pair_answered_from_before_the_outage() -> Exporter:
+    """grace_s 60, `--serve-stale-for` 30 s: Prometheus B scrapes at 960 and 1020, A at 1000 and 1010. The kubelet
+    falls silent after 1000 and the first failed collection (begun at 1010) hangs: both 1010 and 1020 are answered
+    with the last complete one (up 1, the pods). It still hangs."""
+    exporter = Exporter(60.0, serve_stale_s=30.0)
+    assert exporter.scrape(960) == ({"train-0"}, 1, 0)   # B
+    assert exporter.scrape(1000) == ({"train-0"}, 1, 0)   # A
+    exporter.kubelet.silent = exporter.backend.hang = True
+    assert exporter.scrape(1010) == ({"train-0"}, 1, 10.5)   # A
+    assert exporter.scrape(1020) == ({"train-0"}, 1, 20)   # B
+    return exporter
+
+
+def test_each_prometheus_of_an_ha_pair_scraping_every_grace_s_gets_up_0_with_the_pods():
+    """Prometheus B scrapes every 60 s (grace_s), its partner A in between. The first failed collection outran the
+    timeout and both were answered with the last complete one (up 1, the pods); A's next scrape ran a fresh one (up
+    0, the pods: served). B's next, 60 s after its last, got up 0 without the pods: grace was counted from the first
+    failed collection (1010), 70 s before. Counted from the first collection of the outage begun after one of it had
+    ended (1040), B gets the pods with up 0, and they go past grace_s of that."""
+    exporter = ha_pair_answered_from_before_the_outage()
+    exporter.unhang()   # the first failed collection ends, served to no scrape
+    assert exporter.scrape(1040) == ({"train-0"}, 0, 0)   # A
+    assert exporter.scrape(1080) == ({"train-0"}, 0, 0)   # B
+    assert exporter.scrape(1100) == ({"train-0"}, 0, 0)   # A: 60 s after 1040, not past grace_s
+    assert exporter.scrape(1140) == (set(), 0, 0)   # B
+    assert exporter.scrape(1160) == (set(), 0, 0)   # A
+
+
+def test_a_first_failed_collection_served_stale_late_starts_no_grace_for_an_ha_partner():
+    """As above, but A's scrape at 1035 runs a collection that hangs too and is answered with the first failed one
+    (begun at 1010, up 0, the pods): up 0 was served, and grace counted from 1010 dropped the pods at B's next
+    scrape (1080), B's first since it got the last complete collection from before the outage (at 1020). Counted
+    from the first collection begun after the first failed one ended (1035), B gets them."""
+    exporter = ha_pair_answered_from_before_the_outage()
+    exporter.unhang()
+    exporter.backend.hang, exporter.backend.release = True, threading.Event()
+    assert exporter.scrape(1035) == ({"train-0"}, 0, 25.5)   # A: the first failed collection, served stale
+    assert exporter.health.served_seq == 3
+    exporter.unhang()
+    assert exporter.scrape(1080) == ({"train-0"}, 0, 0)   # B
+    assert exporter.scrape(1100) == (set(), 0, 0)   # A: over 60 s after 1035
