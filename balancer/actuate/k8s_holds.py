@@ -129,28 +129,33 @@ class Holds:
         self._hold(req, index[choice.node], view, offers, done.entry)
         self._clear_lower(req, index[choice.node], view, offers)
         self.preempted += [(v, choice.node) for v in done.evicted]   # not those gone or terminating: no eviction
-        did = self._preempted_said(choice.node, done)
+        did = self._preempted_said(choice.node, done, [p.key for p in choice.awaiting])
         log.info("scheduler %s: %s: %s", self.scheduler_name, req["name"], did)
         return f" preemption: {did}{self._left_said(choice.node, done)}."
 
     @staticmethod
-    def _preempted_said(node: str, done: Evictions) -> str:
+    def _preempted_said(node: str, done: Evictions, awaiting: Collection[str] = ()) -> str:
         """What a preemption did, as words: the victims it evicted, those found gone or terminating already (not
         said evicted: no eviction was made, `_found_said`); where it evicted none, that it holds the node all the
         same. A choice may name no victim (`balancer.plan.preemption.choose`: the pod fits there by what preemption
         weighs): it was said to be "preempting 0 pod(s)", while it only held the node and waits there for what
         refuses it. A victim whose eviction got no answer (`Evictions.unanswered`: it may have landed) is said as
         such: it was said "nothing to preempt", while the node stays held for the next pass to judge it (what the
-        next pass does, `_left_said` says)."""
+        next pass does, `_left_said` says). The pods terminating already whose room it waits for besides
+        (`awaiting`: `Preemption.awaiting`, never victims) are said as those found terminating are; where they are
+        all it waits for, that it waits for them there: it was said "nothing to preempt on <node> (no pod of lower
+        priority takes the room it needs there)", though they take it until they are gone."""
         if done.evicted:
-            found = Holds._found_said(done)
+            found = Holds._found_said(done, awaiting)
             return (f"preempting {len(done.evicted)} pod(s) of lower priority on {node}: "
                     f"{', '.join(sorted(done.evicted))}" + (f" ({found})" if found else ""))
         held = f"{node} held for it until {done.entry.get('expires', 'its expiry')}"
+        if awaiting and not done.done and not done.left:   # no victim: it only waits
+            return f"{Holds._terminating_said(done, awaiting)}, to free room on {node}: {held}"
         gone = Holds._gone_said(done)
         unsure = done.unanswered and f"the eviction of {', '.join(done.unanswered)} sent, no answer yet"
-        if found := "; ".join(s for s in (gone and f"its victims {gone}", Holds._terminating_said(done), unsure)
-                              if s):
+        if found := "; ".join(s for s in (gone and f"its victims {gone}", Holds._terminating_said(done, awaiting),
+                                          unsure) if s):
             return f"no pod evicted on {node}, {found}: {held}"
         return f"nothing to preempt on {node} (no pod of lower priority takes the room it needs there): {held}"
 
@@ -161,17 +166,20 @@ class Holds:
         return f"{', '.join(sorted(done.gone))} gone already" if done.gone else ""
 
     @staticmethod
-    def _terminating_said(done: Evictions) -> str:
-        """The victims a preemption found terminating already (`Evictions.terminating`), as words ("" when none): the
-        pod waits for them, but no eviction was made, so they are neither counted (`preempted`) nor said evicted.
-        They were: a victim its owner was deleting, or one evicted by a replica that lost the Lease before writing
-        it down, was said "evicted" (or "preempting 1 pod(s)") and counted, by the replica that made no eviction."""
-        return f"waiting for {', '.join(sorted(done.terminating))}, terminating already" if done.terminating else ""
+    def _terminating_said(done: Evictions, awaiting: Collection[str] = ()) -> str:
+        """The victims a preemption found terminating already (`Evictions.terminating`), with the pods terminating
+        already it waits for besides (`awaiting`), as words ("" when none): the pod waits for them, but no eviction
+        was made, so they are neither counted (`preempted`) nor said evicted. They were: a victim its owner was
+        deleting, or one evicted by a replica that lost the Lease before writing it down, was said "evicted" (or
+        "preempting 1 pod(s)") and counted, by the replica that made no eviction."""
+        waits = sorted({*done.terminating, *awaiting})
+        return f"waiting for {', '.join(waits)}, terminating already" if waits else ""
 
     @staticmethod
-    def _found_said(done: Evictions) -> str:
-        """The victims a preemption found gone or terminating already, as words ("" when none)."""
-        return "; ".join(s for s in (Holds._gone_said(done), Holds._terminating_said(done)) if s)
+    def _found_said(done: Evictions, awaiting: Collection[str] = ()) -> str:
+        """The victims a preemption found gone or terminating already, and the pods terminating already it waits
+        for besides (`awaiting`), as words ("" when none)."""
+        return "; ".join(s for s in (Holds._gone_said(done), Holds._terminating_said(done, awaiting)) if s)
 
     @staticmethod
     def _resumed_said(node: str, done: Evictions) -> str:

@@ -22,7 +22,11 @@ pod may run on (`gputide.io/gpu-spec`: `model_allows`) count, both as room and a
 Which: `balancer.plan.preemption.choose` over those nodes with the pods bound to each (their priority, requests,
 start time and the budgets that cover them; budgets are read only when a preemption is considered; one with a
 null selector covers no pod, as in policy/v1, while an empty one covers its whole namespace). Only pods of
-lower priority are ever victims, and as few and as unimportant as the node allows.
+lower priority are ever victims, and as few and as unimportant as the node allows. A pod terminating already
+(`deletionTimestamp`: its owner deleting it, or an earlier eviction) is none, whatever its priority: its room is
+counted as coming, and a node where it suffices needs no victim; the pod waits there for it (`Preemption.awaiting`),
+held and nominated as for victims found terminating (the reservation names them, `EVICTED`), as kube-scheduler's
+PodEligibleToPreemptOthers does not preempt again while a pod terminates on the preemptor's nominated node.
 
 Then: reserve the node's GPUs, CPU, memory, host ports and extended resources for the pod, the reservation naming
 every victim still to evict (`victims`) before the first is evicted; evict each victim (read first, for its grace
@@ -474,10 +478,13 @@ def makes_room(node: Json, req: Json, victims: Sequence[Any]) -> bool:
         strict=True))
 
 
-def _could_make_room(node: Json, lower: Sequence[Any], req: Json) -> bool:
-    """Whether evicting every pod of lower priority would free enough on `node` (`makes_room`): only such nodes
-    are weighed pod by pod (the rest, most nodes of a busy cluster, cost three sums each)."""
-    return bool(lower) and makes_room(node, req, lower)
+def _could_make_room(node: Json, lower: Sequence[Any], req: Json, going: Sequence[Any] = ()) -> bool:
+    """Whether evicting every pod of lower priority would free enough on `node` (`makes_room`), with the room of the
+    pods `going` (terminating already: coming whatever their priority, `Running.terminating`): only such nodes are
+    weighed pod by pod (the rest, most nodes of a busy cluster, cost three sums each). Without `going`, a node whose
+    room a terminating pod of higher priority (or one passed over) was freeing was no candidate: the pod preempted
+    elsewhere, or nowhere."""
+    return bool(lower or going) and makes_room(node, req, [*lower, *going])
 
 
 class Preemptor:
@@ -610,9 +617,12 @@ class Preemptor:
         `EvictionsStopped` when the emergency stop holds the preemption it would make (the cluster-wide stop), or
         only nodes labelled with the per-node stop could make room: either way no node is reserved for it."""
         passed = self._passed_over(req)
-        lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"]
+        # terminating already (`Usage.terminating`): never victims, their room coming whatever their priority, and
+        # whether or not they are passed over (`choose`: the pod waits for them, `Preemption.awaiting`)
+        going = {n["name"]: [u for u in bound.get(n["name"], ()) if u.terminating] for n in nodes}
+        lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"] and not u.terminating
                              and _passed_until(passed, n["name"], u) is None] for n in nodes}
-        nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req)]
+        nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req, going[n["name"]])]
         held = sorted(n["name"] for n in nodes if stop_labelled(n))
         nodes = [n for n in nodes if not stop_labelled(n)]
         if not nodes:
@@ -626,24 +636,29 @@ class Preemptor:
         for n in nodes:
             running = [Running(u.key, u.priority, resources(u.gpus, u.cpu_milli, u.memory_mib, dict(u.extended)),
                                u.started, tuple(k for k, ns, sel in selectors
-                                                if u.key.startswith(f"{ns}/") and sel.matches(dict(u.labels))))
-                       for u in lower[n["name"]]]
+                                                if u.key.startswith(f"{ns}/") and sel.matches(dict(u.labels))),
+                               u.terminating)
+                       for u in (*going[n["name"]], *lower[n["name"]])]
             options[n["name"]] = (resources(*_usable(n, req)), running)   # less what is held for others
         choice = choose(need, req["priority"], options, allowed, respect_budgets=True)
-        if choice is not None and (why := self.stop_reason()):
+        # one that only waits for pods terminating already evicts nothing: held under the stop, as a starving pod is
+        if choice is not None and choice.victims and (why := self.stop_reason()):
             raise EvictionsStopped(f"held: {why}, so {', '.join(sorted(v.key for v in choice.victims))} on "
                                    f"{choice.node} is not evicted")
         return choice
 
-    def reserve(self, req: Json, node: str, victims: Sequence[str] = ()) -> Json:
+    def reserve(self, req: Json, node: str, victims: Sequence[str] = (), awaiting: Sequence[str] = ()) -> Json:
         """Hold `req`'s GPUs, CPU and memory, host ports and extended resources on `node` for it (a reservation every
         replica honours, expiring after `reserve_s`): what the filters check (`k8s_filters.resource_refusal`), as
         without the CPU and memory, pods that need no more GPUs than are left over could take them, and without its
         host ports or an extended resource (an RDMA device) a pod that needs no GPU could take those: either way the
         pod would never fit. A preemption's names its `victims`, all of them still to evict (`LEFT`), and
         when it began (`SINCE`), before any is evicted: whatever happens to this replica from then on, the cluster
-        says what is left to do. Returns the reservation. None is written once `halted()` (stopping, or the Lease
-        lost: the next leader places on these nodes)."""
+        says what is left to do. The pods terminating already there that it waits for (`awaiting`,
+        `Preemption.awaiting`) are written as a victim found terminating is (`EVICTED`): the hold is renewed while
+        they are there (`resume`), its room counted as theirs (`k8s_holds._leaving`), capped as a preemption's
+        (`SINCE`). Returns the reservation. None is written once `halted()` (stopping, or the Lease lost: the next
+        leader places on these nodes)."""
         key = req["name"]
         if self.halted():
             raise ActuationError(f"node {node} not held for {key}: stopping, or the Lease is lost")
@@ -653,7 +668,11 @@ class Preemptor:
                  PRIORITY: req["priority"], "expires": rfc3339(now + self.reserve_s), HOLDER: self.scheduler_name}
         entry |= asked(req)
         if victims:
-            entry |= {LEFT: list(victims), SINCE: rfc3339(now)}
+            entry |= {LEFT: list(victims)}
+        if awaiting:
+            entry |= {EVICTED: sorted(awaiting)}
+        if victims or awaiting:
+            entry |= {SINCE: rfc3339(now)}
         self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: entry}))
         self._held.setdefault(node, {})[key] = entry
         return entry
@@ -676,12 +695,16 @@ class Preemptor:
         pod while they terminate, and the victims left stay written on its reservation for the next pass to evict
         (`resume`): given back, the room the evicted victims free would go to
         whoever came first, while the pod still waited for the rest. Nothing more once `halted()`: the reservation
-        still names every victim not known evicted, so the next leader (or this replica's next term) carries on."""
+        still names every victim not known evicted, so the next leader (or this replica's next term) carries on.
+        The pods terminating already that the pod waits for (`Preemption.awaiting`) are neither read nor evicted:
+        the reservation names them from the start as waited for (`EVICTED`; `reserve`), and a choice with no victim
+        only holds the node and nominates it."""
         key = req["name"]
         # those a budget covers first: a refusal (429, the budget spent meanwhile) then comes before a victim
         # without one is killed for a preemption that does not happen
         victims = [(v.key, v.budgets) for v in sorted(choice.victims, key=lambda v: not v.budgets)]
-        entry = self.reserve(req, choice.node, [v for v, _ in victims])
+        awaiting = [p.key for p in choice.awaiting]   # terminating already: waited for, never evicted
+        entry = self.reserve(req, choice.node, [v for v, _ in victims], awaiting)
         done = self._evict(key, choice.node, victims)
         # nothing done for sure: given back. Not where a victim left already (`went`, counted) or one's eviction got
         # no answer (it may have landed): given back, its release forgot that doubt (`Doubt.uid`), the eviction landed
@@ -695,7 +718,8 @@ class Preemptor:
                     n, self.reservation_annotation, {key: None}))
             raise done.error
         now = self.clock()
-        done.entry = self._note(key, choice.node, entry, noted(entry, done.left, done.leaving, done.holding(now), now,
+        waited = sorted({*done.leaving, *awaiting})
+        done.entry = self._note(key, choice.node, entry, noted(entry, done.left, waited, done.holding(now), now,
                                                                self.reserve_s))
         if not self.halted():
             self.nominate(key, choice.node)
