@@ -27,8 +27,10 @@ DatetimeIndex at a regular step, with NaN where nothing was observed. Three form
   allowed; counted per step, divided by the step. The log is taken to cover the time from its first request to its
   last: a step it covers only in part, the last and the first unless the first request falls at its start, is not
   observed (NaN, as a gap), where its count read as demand undercounted it (630 s of 1 req/s was [1.00, 0.05] at
-  a 10-minute step). A ``timestamp,value`` file, each time once and every value a number, is a demand trace read
-  with the wrong format (its ``value`` would be ignored): an InputError suggesting ``--format csv``.
+  a 10-minute step). A file with a ``value`` column of numbers at evenly spaced times, each given once or once for
+  each of k label sets (k series exported together), whatever its other columns, is a demand trace read with the
+  wrong format (its ``value`` would be ignored): an InputError suggesting ``--format csv`` (and, for k series, one
+  series such as ``sum(...)``). Rows closer than 1s (`MIN_STEP`) are arrivals, read as a log (`_not_a_demand_trace`).
 
 Cleaning rules (used for fitting and scoring, never to change what `load_demand` returns):
 
@@ -93,6 +95,9 @@ def _duration_s(text: str) -> Decimal | None:
 
 
 _TOO_LONG_S = Decimal("1e11")
+# the finest step a trace is read at (a --step, a trace's own step): finer, demand per second is read off
+# fractions of a second; a file whose rows come closer than this is arrivals, not a demand trace
+MIN_STEP = pd.Timedelta(seconds=1)
 
 
 def _whole_us(seconds: Decimal) -> pd.Timedelta:
@@ -122,7 +127,7 @@ def parse_step(step: str | float | pd.Timedelta, *, file: str | None = None, fie
             td = td if pd.isna(td) else td.round("us")
     except (ValueError, TypeError, ArithmeticError) as exc:   # OverflowError (beyond 292 years), decimal.Overflow
         raise InputError(file, field, step, allowed) from exc
-    if pd.isna(td) or td < pd.Timedelta(seconds=1):
+    if pd.isna(td) or td < MIN_STEP:
         raise InputError(file, field, step, "a duration of at least 1s, such as 10min")
     return td
 
@@ -438,7 +443,7 @@ def own_step(seconds: Decimal, path: str, field: str, what: str) -> pd.Timedelta
     pandas refused to resample times held in microseconds at (a traceback); shorter than 1s, the trace loaded and the
     backtest refused it as too short ('a longer trace'), nothing naming the step."""
     td = _whole_us(seconds)
-    if td < pd.Timedelta(seconds=1):
+    if td < MIN_STEP:
         raise InputError(path, field, f"{float(seconds):g}s", "a trace whose own step is at least 1s, or a --step "
                          "of at least 1s to resample it", detail=f"{what}, the trace's step without --step")
     return td
@@ -499,28 +504,63 @@ def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
 
 
 def _not_a_demand_trace(df: pd.DataFrame, cols: dict[str, str], index: pd.DatetimeIndex, path: str) -> None:
-    """A file with a `value` column, its values all numbers, each time once and the times evenly spaced, is a demand
+    """A file with a `value` column, its values all numbers and its times evenly spaced, each given once, is a demand
     trace (`--format csv`, which reads timestamp and value only), whatever other columns it has: read as a requests
     log, its rows were counted and `value` ignored, a trace of 5,000 req/s backtested as one request a step (exit 0;
-    with a third column, `timestamp,value,extra`, still so until audit s38). A log without `value`, with several
-    requests at one time or with irregular times (arrivals: a light log stamped in µs, its `value` the tokens of
-    each request, has each time once too) is a requests log and is read as one."""
-    if "value" not in cols or index.has_duplicates or not _evenly_spaced(index):
+    with a third column, `timestamp,value,extra`, still so until audit s38). So are k series exported together (a
+    Prometheus export `timestamp,value,instance` of two instances): each time given k times, once for each of the
+    same k label sets (the columns other than timestamp and value); counted, two series every 60 s were 0.033 req/s
+    (audit s38). A requests log is read as one: no `value`; irregular times (arrivals: a light log stamped in µs, its
+    `value` the tokens of each request, has each time once too); unequal numbers of rows at its times; several rows
+    at one time that no label tells apart (stamped to the second at a steady 5 req/s, one model); or times closer
+    than `MIN_STEP` (a load generator at 5 req/s, 200 ms apart), a step no trace is read at. Still counted: a series
+    with one row given twice, or k series one of which missed a scrape: their counts are uneven as a steady log's
+    are when a second holds one request more, and no share of repeats tells them apart without a cut tuned to it."""
+    if "value" not in cols:
+        return
+    times, counts = np.unique(index.as_unit("ns").asi8, return_counts=True)
+    gaps = np.diff(times)
+    if gaps.size and np.median(gaps) < MIN_STEP.value:
+        return
+    k = int(counts[0])
+    if (counts != k).any() or not _evenly_spaced(gaps) or (k > 1 and not _one_row_per_series(df, cols, index, k)):
         return
     column = df[cols["value"]]
-    if column.notna().any() and pd.to_numeric(column, errors="coerce").notna().sum() == column.notna().sum():
+    if not column.notna().any() or pd.to_numeric(column, errors="coerce").notna().sum() != column.notna().sum():
+        return
+    if k == 1:
         raise InputError(path, "value", f"a column of {int(column.notna().sum())} numbers", "a requests log: one row "
                          "per request, no 'value' column (a file with a numeric value column, each time once and "
                          "evenly spaced, is a demand trace: --format csv)", detail="--format requests counts rows "
                          "and would ignore 'value'; a requests log: rename or drop `value`")
+    labels = ", ".join(c for c in df.columns if c not in (cols["timestamp"], cols["value"]))
+    raise InputError(path, "value", f"a column of {int(column.notna().sum())} numbers", "a requests log: one row "
+                     "per request, no 'value' column (a file with a numeric value column, one row per series at "
+                     "evenly spaced times, is a demand trace: export one series, such as sum(...) of them, and read "
+                     "it with --format csv)", detail=f"each of its {times.size} times given {k} times, once for each "
+                     f"of {k} label sets ({labels}): {k} series; --format requests counts rows and would ignore "
+                     "'value'; a requests log: rename or drop `value`")
 
 
-def _evenly_spaced(index: pd.DatetimeIndex) -> bool:
-    """True when the gaps between sorted times vary by less than half their mean (coefficient of variation < 0.5),
-    as a demand trace's do: sampled each minute and jittered by up to 29 s either way, about 0.4; arrivals do not
-    (a Poisson log: about 1). Judged by the share of gaps within 10% of the median instead, a trace jittered by 15 s
-    was taken for arrivals, its rows counted and `value` ignored (exit 0; audit s37a10)."""
-    gaps = np.diff(np.sort(index.asi8)).astype(float)
+def _one_row_per_series(df: pd.DataFrame, cols: dict[str, str], index: pd.DatetimeIndex, k: int) -> bool:
+    """True when the k rows at each time are k series: each row's label set (its columns other than timestamp and
+    value) is one of k, and no time repeats one. Several requests at one time carry labels too (a model), but the
+    same ones twice, or others at other times (a request id)."""
+    names = [c for c in df.columns if c not in (cols["timestamp"], cols["value"])]
+    if not names:
+        return False
+    labels = df[names].reset_index(drop=True)
+    labels.columns = range(len(names))
+    keyed = labels.assign(**{"time": index.as_unit("ns").asi8})
+    return len(labels.drop_duplicates()) == k and not keyed.duplicated().any()
+
+
+def _evenly_spaced(gaps: np.ndarray) -> bool:
+    """True when the gaps between sorted distinct times vary by less than half their mean (coefficient of
+    variation < 0.5), as a demand trace's do: sampled each minute and jittered by up to 29 s either way, about 0.4;
+    arrivals do not (a Poisson log: about 1). Judged by the share of gaps within 10% of the median instead, a trace
+    jittered by 15 s was taken for arrivals, its rows counted and `value` ignored (exit 0; audit s37a10)."""
+    gaps = gaps.astype(float)
     if gaps.size == 0:
         return True
     return bool(np.std(gaps) < 0.5 * np.mean(gaps))

@@ -3,7 +3,9 @@ per-request log with extra columns is still counted (audit s38).
 
 Before: only a file of exactly `timestamp,value` was refused. `timestamp,value,extra` (or a label column beside the
 value, as a Prometheus export has), its times evenly spaced and each once, was read as one request a row and `value`
-ignored: exit 0, a trace of 100 req/s backtested as 1/60 req/s.
+ignored: exit 0, a trace of 100 req/s backtested as 1/60 req/s. Then (audit of b7f7d048): several series exported
+together, each time once per series, still went through as a log (its times repeated); a load generator's log at
+5 req/s, 200 ms apart, was refused and sent to --format csv, which refuses a step under 1 s.
 """
 
 from __future__ import annotations
@@ -66,3 +68,46 @@ def test_a_per_request_log_with_extra_columns_is_still_counted(tmp_path, capsys,
     code, out = _run(tmp_path, capsys, log, BACKTEST + ["--json", str(tmp_path / "b.json")])
     assert code == 0, out.err
     assert "persistence" in out.out, out.out
+
+
+def _series_export(header, row, times, instances):
+    return header + "\n" + "".join(row(i, t, inst) + "\n" for i, t in enumerate(times) for inst in instances)
+
+
+@pytest.mark.parametrize("text, k, labels", [
+    pytest.param(lambda times: _series_export("timestamp,value,instance", lambda i, t, inst: f"{t:.0f},{100 + i % 7},"
+                                              f"{inst}", times, ("a:9400", "b:9400")), 2, "instance",
+                 id="two instances"),
+    pytest.param(lambda times: _series_export("Job,Timestamp,Instance,Value", lambda i, t, inst: f"dcgm,{t:.3f},{inst},"
+                                              f"{50 + i % 5}", times, ("a:9400", "b:9400", "c:9400")), 3,
+                 "Job, Instance", id="three instances, two label columns"),
+])
+@pytest.mark.parametrize("command", [pytest.param(BACKTEST, id="forecast backtest"),
+                                     pytest.param(SIMULATE, id="simulate")])
+def test_several_series_exported_together_given_as_requests_exit_2(tmp_path, capsys, command, text, k, labels):
+    """A Prometheus export of k series (`timestamp,value,instance`, a scrape every 60 s): each time k times, once for
+    each label set. Before: its repeated times let it through as a requests log, k rows a minute (0.033 req/s for
+    two instances, exit 0)."""
+    times = START + 60 * np.arange(3000)
+    trace = tmp_path / "t.csv"
+    trace.write_text(text(times))
+    code, out = _run(tmp_path, capsys, trace, command)
+    assert code == 2, out.err
+    line = out.err.strip().splitlines()[-1]
+    assert line.startswith(f"gputide: error: {trace}: field 'value': invalid value 'a column of {3000 * k} numbers'; "
+                           "allowed: a requests log: one row per request, no 'value' column"), line
+    assert "export one series, such as sum(...) of them, and read it with --format csv" in line, line
+    assert f"each of its 3000 times given {k} times, once for each of {k} label sets ({labels}): {k} series" in line
+    assert "rename or drop `value`" in line, line
+
+
+def test_a_load_generator_log_finer_than_a_second_is_counted(tmp_path, capsys):
+    """A load generator at a steady 5 req/s, a request every 200 ms for an hour, each logged with its tokens as
+    `value`: each time once and evenly spaced, it was refused as a demand trace and sent to --format csv, which
+    refuses a trace whose own step is under 1 s (exit 2 either way). No demand trace is read at a step under 1 s."""
+    log = tmp_path / "r.csv"
+    log.write_text("timestamp,model,value\n" + "".join(f"{START + 0.2 * i:.3f},llama-3-8b,{100 + i % 50}\n"
+                                                       for i in range(5 * 3600)))
+    code, out = _run(tmp_path, capsys, log, SIMULATE)
+    assert code == 0, out.err
+    assert (tmp_path / "o" / "summary.json").is_file()
