@@ -12,7 +12,8 @@ action in progress finish, skip the rest of the cycle's actions and release the 
 once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). Every action ends
 within `--action-deadline` (its API calls, undo included: balancer/actuate/k8s_budget.py), the figure the grace
 period and the liveness limit are derived from (balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
-ended fail-static (held still), 4 `--once` could not save the safety ledger where the next run reads it (logged:
+ended fail-static (held still) or, with `--leader-elect`, could not read or write its Lease (nothing done; said with
+the API's error, not as a standby), 4 `--once` could not save the safety ledger where the next run reads it (logged:
 that run inherits an older ledger, without this one's cooldowns and evictions since its last save).
 
 The safety ledger (cooldowns, evictions and migrations in their windows) survives a restart only where it is kept:
@@ -32,6 +33,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Collection
 
@@ -63,14 +65,14 @@ from balancer.cmd._run_parts import (
     keep_ledger,
     kubernetes_sources,
 )
-from balancer.errors import InputError, PermanentActuationError
+from balancer.errors import InputError, PermanentActuationError, TemporaryActuationError
 from balancer.forecast.base import MODELS
 from balancer.loop import JsonlAudit, NullLeaderElector, Reconciler
 from balancer.metrics import ControllerMetrics
 from balancer.safety import SafetyGuard
 
 log = logging.getLogger(__name__)
-EXIT_FAIL_STATIC = 3
+EXIT_FAIL_STATIC = 3   # --once: held still, or the Lease could not be read or written (`lease_out_of_reach`)
 EXIT_LEDGER_NOT_SAVED = 4   # --once: the safety ledger's last save failed (no next cycle to try it again)
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_NAMESPACE = "gputide"
@@ -250,6 +252,19 @@ def lease_elector(api_client, name: str, namespace: str | None, interval_s: floa
     duration = max(15, int(interval_s * 3))
     return LeaseLeaderElector(api_client, name, namespace or own_namespace(), identity, lease_duration_s=duration,
                               renew_deadline_s=duration * 2 / 3)
+
+
+def lease_out_of_reach(elector, command: str, nothing: str) -> str | None:
+    """What `gputide <command> --once` says when its last try could not read or write the Lease (the elector's
+    `last_failure`: the API unreachable or failing, or refusing it, a 403), ending in `nothing` (what it therefore
+    did not do); None when the try reached the Lease (another replica holding it, a 409, included) or the elector
+    keeps no such failure. Such a replica was said to be a standby, exit 0: a script or a check took an API server
+    cut off, or a Role missing the Lease, for a healthy standby."""
+    failure = getattr(elector, "last_failure", None)
+    if failure is None:
+        return None
+    how = "could not be reached" if isinstance(failure, TemporaryActuationError) else "refused"
+    return f"gputide {command} --once: the Kubernetes API {how} for the Lease: {failure}; {nothing}"
 
 
 def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Reconciler:
@@ -467,25 +482,7 @@ def run(args: argparse.Namespace) -> int:
         bind(lambda **kw: serve_metrics(registry=metrics.registry, health=health, **kw), args.listen_address,
              args.metrics_port, "--metrics-port")
     if args.once:
-        try:
-            report = reconciler.run_once()
-            # no next cycle to save it: a held budget, a reservation not replaced, this cycle's cooldowns
-            saved = reconciler.handover.saved_before_exit(reconciler.ledger)
-        finally:   # let the Lease go: the next replica (or --once run) takes it at once, not a lease duration later
-            reconciler.elector.release()
-        print(f"cycle: {report.status} {report.reason}".rstrip())
-        for note in report.plan.notes if report.plan is not None else ():
-            print(f"  note: {note}")
-        for res in report.results:
-            print(f"  {res.outcome}: {res.action.describe()} {res.detail}".rstrip())
-        for action, reason in report.rejected:
-            print(f"  rejected ({reason}): {action.describe()}")
-        if not saved:
-            log.error("safety ledger not saved where the next run reads it (the save failed, logged above): that run "
-                      "inherits an older ledger, without this run's cooldowns and evictions since its last save; "
-                      "exit %d", EXIT_LEDGER_NOT_SAVED)
-            return EXIT_LEDGER_NOT_SAVED
-        return EXIT_FAIL_STATIC if report.status == "fail_static" else 0
+        return one_cycle(reconciler)
     stop = threading.Event()
 
     def _stop(signum, _frame) -> None:
@@ -499,3 +496,31 @@ def run(args: argparse.Namespace) -> int:
         start()
     reconciler.run(interval, stop, beat=health.beat, progress=health.progress)
     return 0
+
+
+def one_cycle(reconciler: Reconciler) -> int:
+    """`--once`: one cycle, the Lease let go after it, what it did printed. A standby because its Lease could not be
+    read or written (`lease_out_of_reach`) says so and exits as a cycle held still does, not as a standby (exit 0)."""
+    try:
+        report = reconciler.run_once()
+        # no next cycle to save it: a held budget, a reservation not replaced, this cycle's cooldowns
+        saved = reconciler.handover.saved_before_exit(reconciler.ledger)
+    finally:   # let the Lease go: the next replica (or --once run) takes it at once, not a lease duration later
+        reconciler.elector.release()
+    cut_off = lease_out_of_reach(reconciler.elector, "run", "nothing done") if report.status == "standby" else None
+    if cut_off is not None:
+        print(cut_off, file=sys.stderr)
+        return EXIT_FAIL_STATIC
+    print(f"cycle: {report.status} {report.reason}".rstrip())
+    for note in report.plan.notes if report.plan is not None else ():
+        print(f"  note: {note}")
+    for res in report.results:
+        print(f"  {res.outcome}: {res.action.describe()} {res.detail}".rstrip())
+    for action, reason in report.rejected:
+        print(f"  rejected ({reason}): {action.describe()}")
+    if not saved:
+        log.error("safety ledger not saved where the next run reads it (the save failed, logged above): that run "
+                  "inherits an older ledger, without this run's cooldowns and evictions since its last save; "
+                  "exit %d", EXIT_LEDGER_NOT_SAVED)
+        return EXIT_LEDGER_NOT_SAVED
+    return EXIT_FAIL_STATIC if report.status == "fail_static" else 0
