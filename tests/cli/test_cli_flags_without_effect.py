@@ -9,6 +9,8 @@ as calibrate refuses its Prometheus-only flags; left out, each flag keeps its de
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from balancer.cli import main
@@ -61,3 +63,22 @@ def test_exporter_refuses_caps_interval_without_a_power_caps_file(capsys, interv
 def test_exporter_refuses_the_simulated_fleets_flags_with_nvml(capsys, flag, value, shown):
     """Refused before NVML is asked: on a machine with no driver too, the flag is what is named."""
     _refused(capsys, [*NVML, flag, value], flag, shown, "--backend sim")
+
+
+def test_left_out_each_flag_gets_its_default_once_checked():
+    """The defaults are None on the command line and filled after the check: a fill forgotten hands None on
+    (`SimBackend(speed=None)` froze the simulated clock, `Defragmenter(None)` failed at its first move)."""
+    from balancer.cli import build_parser
+    from balancer.cmd.exporter import _check
+
+    args = build_parser().parse_args(["exporter", "--backend", "sim"])
+    _check(args)
+    assert (args.speed, args.seed, args.caps_interval) == (60.0, 0, 10.0)
+
+
+def test_place_with_defrag_and_no_max_moves_runs(capsys):
+    """The demo's own call (the shipped slice: pods there fail and --defrag moves others for them)."""
+    data = Path(__file__).resolve().parents[1] / "data" / "alibaba-gpu-v2023"
+    assert main(["place", "--nodes", str(data / "openb_node_list_gpu_node_slice.csv"), "--pods",
+                 str(data / "openb_pod_list_default_slice.csv"), "--policy", "gputide", "--seeds", "1",
+                 "--defrag"]) == 0
