@@ -67,9 +67,9 @@ from balancer.cmd._args import (
     parse_interval,
     stop_file,
 )
-from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, prometheus_url
+from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, lease_out_of_reach, prometheus_url
 from balancer.config import BalancerPolicy
-from balancer.errors import ActuationError, InputError, TemporaryActuationError
+from balancer.errors import ActuationError, InputError
 
 EXIT_UNREACHABLE = 3   # --once: the pass (or the Lease) could not read the API (as `gputide run --once` exits 3)
 
@@ -359,11 +359,9 @@ def one_shot(scheduler, leading, elector=None) -> int:
     said so and exits as a pass that could not read the API does: it was said as another replica holding it, exit 0,
     so a script or a check took an API server down for a healthy standby."""
     if not leading():
-        failure = getattr(elector, "last_failure", None)
-        if failure is not None:
-            how = "could not be reached" if isinstance(failure, TemporaryActuationError) else "refused"
-            print(f"gputide schedule --once: the Kubernetes API {how} for the Lease: {failure}; nothing bound",
-                  file=sys.stderr)
+        out_of_reach = lease_out_of_reach(elector, "schedule", "nothing bound")
+        if out_of_reach is not None:
+            print(out_of_reach, file=sys.stderr)
             return EXIT_UNREACHABLE
         print("not the leader: another replica holds the Lease; nothing bound")
         return 0
