@@ -50,9 +50,10 @@ calls on a GPU has been inside NVML that long. Those run in each GPU's own job w
 pending and the GPU stuck, so the sync's beat alone never failed the probe and the agent was never restarted;
 `/readyz` once a sync has ended.
 Exit codes: 0 stopped by SIGTERM/SIGINT (or `--once` done), 1 `--once` and its sync failed (logged), 2 bad input
-(a flag's value, `--state-file` included: a file path in an existing folder the agent can write in, checked before any
-GPU is touched) or no NVML on this machine (libnvidia-ml.so.1 not loadable, the driver not loaded: said with pynvml's
-error, as the exporter exits without it).
+(a flag's value, `--state-file` included: a file path whose folder the agent can write in, or, where that folder is
+missing, whose nearest existing folder it can write in, as each write creates the folders missing; checked before any
+GPU is touched) or NVML unusable here (libnvidia-ml.so.1 not loadable, the driver not loaded, the GPU devices not
+open to this process: said with pynvml's error, as the exporter exits without it).
 """
 
 from __future__ import annotations
@@ -61,9 +62,11 @@ import argparse
 import contextlib
 import logging
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -255,39 +258,89 @@ NODE_NAME = "this node's name (the DaemonSet passes $(NODE_NAME))"
 
 NVML_WHERE = ("run it on a GPU node whose NVIDIA driver is loaded, libnvidia-ml.so.1 in its container (the NVIDIA "
               "container runtime mounts it: runtimeClassName nvidia)")
-NVML_MISSING = {   # pynvml's error at nvmlInit -> what is missing, in words
-    "NVMLError_LibraryNotFound": "libnvidia-ml.so.1, NVML's library (the NVIDIA driver's), could not be loaded",
-    "NVMLError_DriverNotLoaded": "the NVIDIA driver is not loaded, though libnvidia-ml.so.1 was found",
-    "NVMLError_LibRmVersionMismatch": "libnvidia-ml.so.1 does not match the NVIDIA driver loaded",
-    "ModuleNotFoundError": "pynvml, NVML's Python binding (nvidia-ml-py), is not installed",
+NVML_DEVICES = ("give it the GPU devices, /dev/nvidiactl and /dev/nvidia* (the NVIDIA container runtime with "
+                "NVIDIA_VISIBLE_DEVICES=all), and run it as root with CAP_SYS_ADMIN, as the power-cap component does "
+                "(deploy/components/power-cap)")
+NVML_MISSING = {   # pynvml's error at start -> what is missing, in words, and what to do
+    "NVMLError_LibraryNotFound": ("libnvidia-ml.so.1, NVML's library (the NVIDIA driver's), could not be loaded",
+                                  NVML_WHERE),
+    "NVMLError_DriverNotLoaded": ("the NVIDIA driver is not loaded, though libnvidia-ml.so.1 was found", NVML_WHERE),
+    "NVMLError_LibRmVersionMismatch": ("libnvidia-ml.so.1 does not match the NVIDIA driver loaded", NVML_WHERE),
+    "NVMLError_NoPermission": ("this process may not use the GPU devices (NVML answered 'Insufficient "
+                               "Permissions')", NVML_DEVICES),
 }
+NO_PYNVML = ("pynvml, NVML's Python binding (nvidia-ml-py), is not installed", "install nvidia-ml-py (gputide's "
+             "image has it)")
+NVML_FAILED = ("NVML failed at start (initialising it or listing the GPUs)", NVML_WHERE)
 
 
 class NoNvml(InputError):
     """NVML cannot be used on this machine, so no cap can be applied: exit 2 at start, as the exporter's NVML backend
-    exits without it (`balancer.cmd.exporter.nvml_backend`). Said as what is missing, with pynvml's error: the
+    exits without it (`balancer.cmd.exporter.nvml_backend`). Said as what is missing, with pynvml's error and what to
+    do (NoPermission: the devices and root with CAP_SYS_ADMIN, not a node with a driver, which it has): the
     exporter's words named an invalid `--backend nvml`, a flag this command does not have."""
 
     def __init__(self, exc: BaseException) -> None:
         name = type(exc).__name__
         super().__init__(None, "NVML", "libnvidia-ml.so.1", NVML_WHERE, f"{name}: {exc}")
-        missing = NVML_MISSING.get(name, "NVML did not initialise")
+        missing, todo = NO_PYNVML if isinstance(exc, ImportError) else NVML_MISSING.get(name, NVML_FAILED)
         self.args = (f"power-cap-agent applies the caps through NVML, which cannot be used on this machine: "
-                     f"{missing} (pynvml: {self.detail}); {NVML_WHERE}",)
+                     f"{missing} (pynvml: {self.detail}); {todo}",)
 
 
 def nvml_backend() -> Any:
-    """The NVML backend the caps are applied through; `NoNvml` (exit 2) where NVML cannot be used."""
+    """The NVML backend the caps are applied through; `NoNvml` (exit 2) where NVML cannot be used: pynvml missing,
+    or an NVML error at its start. Anything else (an AttributeError, a bug) is raised as it is, not bad input."""
     from exporters.backends.nvml import NvmlBackend
 
     try:
         return NvmlBackend()
-    except Exception as exc:   # noqa: BLE001 - pynvml's errors (NVMLError_LibraryNotFound, ...) are pynvml's own
+    except Exception as exc:   # pynvml not installed, or its errors: told apart below, the rest raised as they are
+        if not nvml_unusable(exc):
+            raise
         raise NoNvml(exc) from exc
 
 
+def nvml_unusable(exc: BaseException) -> bool:
+    """`exc` says NVML cannot be used here: pynvml not installed, or one of pynvml's errors (an `NVMLError`: nvmlInit's,
+    no library, no driver, no permission, or the GPUs' count's once it started), told by its class's name, as only
+    `exporters.backends.nvml` imports pynvml (lint-imports). Not an error of gputide's own code."""
+    if isinstance(exc, ImportError):
+        return exc.name == "pynvml"
+    return any(cls.__name__ == "NVMLError" for cls in type(exc).__mro__)
+
+
+STATE_FILE = ("a file path, not a folder, whose folder this process can write in or, where that folder is missing, "
+              "whose nearest existing folder it can (each write creates the folders missing; the file itself need "
+              "not exist)")
+
+
+def state_file(path: str | None) -> None:
+    """`--state-file` checked before any GPU is touched: the limits before gputide's caps are written to a temporary
+    file beside it renamed over it, after creating the folders missing (`LimitsBefore._save`), so a folder there,
+    or a nearest existing folder that is a file or one this process cannot write in, failed every write once a GPU
+    was capped (each sync counted failed, the limits kept in memory only, a restarted agent giving a GPU back to its
+    default limit). A missing folder is no fault: the DaemonSet's hostPath makes it, and a bare host's first write
+    did (refusing it stopped `--state-file /var/lib/gputide/power-cap-agent/limits.json` on such a host)."""
+    if path is None:
+        return
+    target, where = Path(path), ""
+    try:
+        if target.is_dir():
+            raise InputError(None, "--state-file", path, STATE_FILE, "a folder")
+        above = next(p for p in target.parents if p.exists() or p == p.parent)   # the nearest existing: / at worst
+        if above != target.parent:
+            where = f" in {above}, the nearest folder that exists"
+        if not above.is_dir():
+            raise InputError(None, "--state-file", path, STATE_FILE, f"under a file, not a folder: {above}")
+        with tempfile.NamedTemporaryFile(dir=above, prefix=".gputide-probe-"):
+            pass
+    except OSError as exc:   # EACCES, EROFS
+        raise InputError(None, "--state-file", path, STATE_FILE, f"{exc.strerror or exc}{where}") from exc
+
+
 def run(args: argparse.Namespace) -> int:
-    from balancer.cmd._args import kube_client, replaceable_file
+    from balancer.cmd._args import kube_client
     from exporters.power_caps import PowerCapAgent
     from exporters.power_limits_before import LimitsBefore
 
@@ -297,10 +350,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InputError(None, "--port", args.port, "0..65535")
     interval = agent_interval(args.interval)
-    # replaced by a temporary file renamed over it: a folder there, or a folder missing or read-only, failed every
-    # write once a GPU was capped (each sync then counted failed, the limits before gputide's caps kept in memory
-    # only, an agent restarted giving the GPU back to its default limit): refused before any GPU is touched
-    replaceable_file(args.state_file, "--state-file")
+    state_file(args.state_file)   # before any GPU is touched
     api = kube_client(args.kubeconfig, "a usable Kubernetes configuration (in-cluster or --kubeconfig)")
     from balancer.actuate.k8s_nodes import NodeAnnotationCaps
 
@@ -344,8 +394,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="serve /metrics, /healthz and /readyz here (0: off; default 9837)")
     p.add_argument("--state-file", type=given("--state-file"), default=None,
                    help="JSON file keeping each GPU's power limit from before gputide's cap across restarts "
-                        "(a hostPath; a file path in an existing folder the agent can write in; default: memory "
-                        "only)")
+                        "(a hostPath; a file path whose folder, or nearest existing folder, the agent can write in: "
+                        "missing folders are created; default: memory only)")
     add_listen_address(p)
     p.add_argument("--once", action="store_true", help="read and apply once, then exit")
     p.set_defaults(func=run)
