@@ -2,7 +2,8 @@
 leader: another replica holds the Lease" and exited 0 when none did (the API server unreachable, failing, or refusing
 the Lease), so a check or a script took an API server down for a healthy standby. It says the API could not be
 reached (or refused), with its error, and exits 3 as a `--once` pass that could not read the API does (the fake API
-server, or no server at all, through the command as a user runs it)."""
+server, or no server at all, through the command as a user runs it): the Lease's read, and its write (its creation,
+none there yet, or its replacement, taking a released Lease over), each answered 503 or 403."""
 
 from __future__ import annotations
 
@@ -48,12 +49,29 @@ def test_an_api_server_no_one_can_reach_is_said_so_not_another_replicas_lease(tm
     assert "Connection refused" in line and line.endswith("; nothing bound"), line
 
 
+LEASE = r"/leases/gputide-scheduler$"
+CALLS = {"GET": LEASE, "POST": r"/leases$", "PUT": LEASE}   # the Lease's read, creation, replacement
+
+
+def a_released_lease(kube: FakeKube) -> None:
+    """A Lease no replica holds (its holder released it): this replica's try to take it over replaces it."""
+    kube.add({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+              "metadata": {"name": "gputide-scheduler", "namespace": "gputide"},
+              "spec": {"holderIdentity": "", "leaseDurationSeconds": 15}})
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT"],
+                         ids=["reading the Lease", "creating it (none yet)", "taking a released one over"])
 @pytest.mark.parametrize(("code", "how"), [(503, "could not be reached"), (403, "refused")],
                          ids=["the API server failing", "the Lease forbidden"])
-def test_a_lease_the_api_fails_or_refuses_exits_3_naming_the_error(kube: FakeKube, kubeconfig, capsys, code, how):
+def test_a_lease_the_api_fails_or_refuses_exits_3_naming_the_error(kube: FakeKube, kubeconfig, capsys, method,
+                                                                   code, how):
     a_pending_pod(kube)
-    kube.inject("GET", r"/leases/gputide-scheduler$", code, count=100)
+    if method == "PUT":
+        a_released_lease(kube)
+    kube.inject(method, CALLS[method], code, count=100)
     assert schedule_once(kubeconfig) == UNREACHABLE
+    assert kube.calls(method, CALLS[method])   # the call answered `code` was made (not another's failure)
     out, err = capsys.readouterr()
     assert "another replica" not in out + err
     line = err.strip().splitlines()[-1]
@@ -61,4 +79,3 @@ def test_a_lease_the_api_fails_or_refuses_exits_3_naming_the_error(kube: FakeKub
                            "gputide/gputide-scheduler: "), line
     assert str(code) in line, line
     assert not kube.calls("POST", r"/binding$")
-
