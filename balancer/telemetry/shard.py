@@ -19,17 +19,19 @@ one shard's node holds that shard still and no other. A node missing from the re
 that last held it (`ShardedSource.nodes`): its dark exporter holds its own shard, until the node list labels it out of
 the shard or has lacked it for `forget_vanished_after_s` (`ShardedSource.listed_out`: a node deleted and registered
 again under its name is held for meanwhile). Those are of the current term as leader: a replica that takes the lead
-again knows none from before (`ShardedSource.new_term`). Before each reading, the GPU nodes the node list
-labels for the shard are its own too (`ShardedSource.listed`), mid-term as at its start: a dark node labelled for the
-shard, or relabelled into it while dark, holds it still (else, dropped by its old shard and shown by no reading, it was
-no shard's and its power caps lapsed), and with Prometheus down the shard's GPU nodes are still its own in the gauges
-and for its power caps' renewal. A reading that shows a node in another shard takes it out again. One GPU reported fresh
-under two hosts holds the shards of both. A service with no finite demand holds the capacity plan (not the shard:
-thermal relief goes on) of the shards with a replica of it on their nodes (`ClusterSnapshot.demand_unknown`; one with
-none placed is no shard's, and in no shard's snapshot); so does a profiled one with no serving series at all
-(`capacity_loop.unseen_services`): the snapshot names the services whose status it leaves out for being spread
-(`ClusterSnapshot.spread_services`), so a shard tells them apart (before, it held for neither). Several clusters in one
-Prometheus and a partial answer still hold every shard (`balancer.telemetry.prometheus` says why).
+again knows none from before (`ShardedSource.new_term`). Before each reading, the GPU nodes the node list labels for the
+shard are its own too (`ShardedSource.listed`), mid-term as at its start: a dark node labelled for the shard, or
+relabelled into it while dark, holds it still (else, dropped by its old shard and shown by no reading, it was no shard's
+and its power caps lapsed), and with Prometheus down the shard's GPU nodes are still its own in the gauges and for its
+power caps' renewal. A dark node's GPU model, for a selector on model or pool, is the fleet file's, else the one a
+reading showed, else the one its GPU feature discovery label names (`labelled_model`). A reading that shows a node in
+another shard takes it out again. One GPU reported fresh under two hosts holds the shards of both. A service with no
+finite demand holds the capacity plan (not the shard: thermal relief goes on) of the shards with a replica of it on
+their nodes (`ClusterSnapshot.demand_unknown`; one with none placed is no shard's, and in no shard's snapshot); so does
+a profiled one with no serving series at all (`capacity_loop.unseen_services`): the snapshot names the services whose
+status it leaves out for being spread (`ClusterSnapshot.spread_services`), so a shard tells them apart (before, it held
+for neither). Several clusters in one Prometheus and a partial answer still hold every shard
+(`balancer.telemetry.prometheus` says why).
 
 An action planned on a node that is no longer the shard's when it is carried out (relabelled into another shard), or on
 GPUs renumbered since (a node left or joined the shard), is refused: `ShardedSource.refusal` says why, `refused` turns
@@ -52,6 +54,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from balancer import catalog
 from balancer.action_results import ActionResult, Outcome
 from balancer.errors import InputError, MissingTelemetry
 from balancer.model import (
@@ -72,6 +75,8 @@ log = logging.getLogger("balancer.telemetry.shard")
 # how long a node of the shard may be missing from the node list before it leaves the shard, where the inner source
 # has no `opts.forget_vanished_after_s` of its own (`ShardedSource.listed_out`): that option's default
 UNLISTED_AFTER_S = 600.0
+# GPU feature discovery's node label naming the node's GPU model (`NVIDIA-H100-80GB-HBM3`: `labelled_model`)
+GPU_PRODUCT = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,15 @@ def parse_selector(name: str, text: str) -> ShardSelector:
                          "selector matches every node, every other shard's too")
     return ShardSelector(name, frozenset(sets["pool"]), frozenset(sets["site"]), frozenset(sets["model"]), labels,
                          frozenset(sets["node"]))
+
+
+def labelled_model(labels: Mapping[str, str]) -> str:
+    """The catalogue key of the GPU model node labels `labels` name (GPU feature discovery's `GPU_PRODUCT`, as the
+    scheduler reads it: `catalog.key_of`), or "" where there is none or the catalogue does not know it. A reading's
+    model is the catalogue key of the exporter's modelName (`topology.Topology.build`); an unknown product string
+    could not be told equal to an unknown modelName, so it names no model, as when the label is absent."""
+    key = catalog.key_of(labels.get(GPU_PRODUCT, ""))
+    return key if key in catalog.CATALOGUE else ""
 
 
 def restrict(snapshot: ClusterSnapshot, selector: ShardSelector) -> tuple[ClusterSnapshot, np.ndarray]:
@@ -202,12 +216,12 @@ class ShardedSource:
         self._shown: dict[str, bool] = {}   # the nodes the reading under way showed the scope: whether each is ours
         self._read = False   # a reading of this term has shown the scope (else `nodes` are the node list's: `listed`)
         # (GPU model, pool, site) of every node a reading showed, as it showed them, across terms: what `listed` judges
-        # a node the fleet file does not list by. Not of a term: a node's model, pool and site are not relabelled, and a
-        # new term's dark node needs them as much. Kept only where the inner source has a node list (`_remember`:
-        # without one `listed` never reads them), and only for the nodes of the node list's last answer, of the shard
-        # (`nodes`) and those the last answer has lacked for less than `forget_vanished_after_s` (`_absent`;
-        # `_node_list`, before each reading), so bounded by the fleet's nodes and the nodes read in that long, while
-        # the node list fails too (three strings each)
+        # a node the fleet file does not list by (before its product label: `labelled_model`). Not of a term: a node's
+        # model, pool and site are not relabelled, and a new term's dark node needs them as much. Kept only where the
+        # inner source has a node list (`_remember`: without one `listed` never reads them), and only for the nodes of
+        # the node list's last answer, of the shard (`nodes`) and those the last answer has lacked for less than
+        # `forget_vanished_after_s` (`_absent`; `_node_list`, before each reading), so bounded by the fleet's nodes and
+        # the nodes read in that long, while the node list fails too (three strings each)
         self._seen: dict[str, tuple[str, str, str]] = {}
         self._answered: Mapping[str, object] = {}   # the node list's last answer with nodes (`_node_list`)
         self._absent: dict[str, float] = {}   # nodes of `_seen` the last answer lacks -> since when (`_node_list`)
@@ -240,8 +254,9 @@ class ShardedSource:
         shard's caps alive.
 
         Kept, unlike a new process, is each node's GPU model, pool and site as a reading showed them (`_seen`): a
-        selector on model or pool needs a dark node's model, which only a reading tells, and they are not relabelled.
-        Which node is the shard's is still the node list's labels to decide (`listed`), as for a new process."""
+        selector on model or pool needs a dark node's model, which the fleet file tells, else a reading, else (a new
+        process's only way) the node's product label (`listed`), and they are not relabelled. Which node is the
+        shard's is still the node list's labels to decide (`listed`), as for a new process."""
         self.last_full, self.index, self.held = None, np.zeros(0, dtype=np.int64), frozenset()
         self.nodes, self._read, self._unlisted = set(), False, {}
 
@@ -249,17 +264,23 @@ class ShardedSource:
         """The GPU nodes this shard's selector matches as the inner source's node list has them, no telemetry read: the
         Kubernetes API's nodes (`node_overrides`) that the exporter runs on (`vanished.gpu_node`) or that the fleet file
         lists with GPUs, with their API labels and, where the fleet file lists them, its pool, site and model, else
-        those a reading of this process showed (`_seen`): a dark node relabelled into this shard, dropped by its old
+        those a reading of this process showed (`_seen`), else the model GPU feature discovery's product label names
+        (`labelled_model`; the pool that model, no site): a dark node relabelled into this shard, dropped by its old
         shard (`listed_out` judges the node list's labels and names, never a model or pool), would otherwise fail a
-        selector on model or pool here and be no shard's, its power caps lapsing. The labels are always the node
-        list's, so a remembered model never claims a node labelled for another shard. A node re-imaged with another
-        GPU model while dark is judged by the model a reading last showed until a reading shows the new one: the safe
-        side, fail-static, as the shard that held it goes on holding still for it and renewing its power caps
-        (forgetting the model would leave it to no shard, its caps lapsing), and the shard whose selector names the
-        new model takes it at the reading that shows it. A node neither lists nor any reading showed has no model, so
-        a selector on model or pool leaves it to a reading; without `node_overrides`, the fleet file's GPU nodes. None
-        while the API's nodes are not listed yet, or where the inner source keeps no node list (the simulator's): which
-        node is the shard's is then the reading's alone to tell."""
+        selector on model or pool here and be no shard's, its power caps lapsing; so would a dark node no reading of
+        this process showed (a new process's, or one registered again more than `forget_vanished_after_s` after its
+        deletion, its model forgotten: `_forget_absent`), while the unsharded controller holds still for it. The labels
+        are always the node list's, so a remembered or labelled model never claims a node labelled for another shard. A
+        node re-imaged with another GPU model while dark is judged by the model a reading last showed until a reading
+        shows the new one, whatever its product label says: the safe side, fail-static, as the shard that held it goes
+        on holding still for it and renewing its power caps (forgetting the model would leave it to no shard, its caps
+        lapsing), and the shard whose selector names the new model takes it at the reading that shows it (a process of
+        that shard that read no model of it meanwhile goes by a label already relabelled: both hold still for it until
+        then, and neither acts on it, as neither reading holds it). A node the fleet file does not list, no reading
+        showed and no product label the catalogue knows names has no model, so a selector on model or pool leaves it to
+        a reading; without `node_overrides`, the fleet file's GPU nodes. None while the API's nodes are not listed yet,
+        or where the inner source keeps no node list (the simulator's): which node is the shard's is then the reading's
+        alone to tell."""
         fleet = getattr(self.inner, "fleet", None)
         spec = {n.name: n for n in fleet.nodes if n.gpu_count} if fleet is not None else {}
         api = getattr(self.inner, "node_overrides", None)
@@ -267,7 +288,7 @@ class ShardedSource:
             meta = self._node_list(api)
             if meta is None:
                 return frozenset()
-            spec = {name: replace(spec.get(name) or self._remembered(name), labels=m.labels)
+            spec = {name: replace(spec.get(name) or self._remembered(name, m.labels), labels=m.labels)
                     for name, m in meta.items() if name in spec or gpu_node(m)}
         return frozenset(name for name, n in spec.items() if self.selector.matches(n))
 
@@ -303,10 +324,11 @@ class ShardedSource:
         for gone in [n for n, since in self._absent.items() if now - since >= bound and n not in self.nodes]:
             del self._seen[gone], self._absent[gone]
 
-    def _remembered(self, name: str) -> Node:
-        """Node `name` with the GPU model, pool and site a reading last showed (`_seen`; none known: no model)."""
+    def _remembered(self, name: str, labels: Mapping[str, str]) -> Node:
+        """Node `name` with the GPU model, pool and site a reading last showed (`_seen`), else with the model its node
+        labels `labels` name (`labelled_model`: "" for none the catalogue knows), no pool (the model) and no site."""
         if name not in self._seen:
-            return Node(name=name, gpu_model="", gpu_count=0)
+            return Node(name=name, gpu_model=labelled_model(labels), gpu_count=0)
         model, pool, site = self._seen[name]
         return Node(name=name, gpu_model=model, gpu_count=0, pool=pool, site=site)
 
