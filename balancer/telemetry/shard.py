@@ -48,6 +48,7 @@ source may also be pointed at that shard's Prometheus (see docs/readme/scale-out
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -129,12 +130,20 @@ def parse_selector(name: str, text: str) -> ShardSelector:
                          frozenset(sets["node"]))
 
 
+_GFD_SUFFIX = re.compile(r"-(SHARED|MIG-.*)$")
+
+
 def labelled_model(labels: Mapping[str, str]) -> str:
     """The catalogue key of the GPU model node labels `labels` name (GPU feature discovery's `GPU_PRODUCT`, as the
     scheduler reads it: `catalog.key_of`), or "" where there is none or the catalogue does not know it. A reading's
     model is the catalogue key of the exporter's modelName (`topology.Topology.build`); an unknown product string
-    could not be told equal to an unknown modelName, so it names no model, as when the label is absent."""
-    key = catalog.key_of(labels.get(GPU_PRODUCT, ""))
+    could not be told equal to an unknown modelName, so it names no model, as when the label is absent.
+
+    GPU feature discovery suffixes the board's name on a time-sliced node (`-SHARED`, its default `renameByDefault:
+    false`) and under the single MIG strategy (`-MIG-1g.5gb`, `-MIG-INVALID`); a reading's modelName is the board's
+    own, so the suffix is dropped here. Not in `catalog.key_of`: the scheduler matches pods' product selectors with
+    it, and a pod pinned to `...-SHARED` nodes must not match unshared ones."""
+    key = catalog.key_of(_GFD_SUFFIX.sub("", labels.get(GPU_PRODUCT, "")))
     return key if key in catalog.CATALOGUE else ""
 
 

@@ -124,3 +124,13 @@ def test_a_product_the_catalogue_does_not_know_names_no_model():
     assert nodes_after_a_reading(inner, f"model={H100}") == {"h100-0", "h100-dark"}
     for selector in (f"model={UNKNOWN}", f"pool={UNKNOWN}", "model=NVIDIA X999 1TB", f"model={A100}"):
         assert "x999-dark" not in nodes_after_a_reading(inner, selector), selector
+
+
+def test_a_time_sliced_or_mig_product_label_names_its_board():
+    """GPU feature discovery's `-SHARED` (time-slicing, its default naming) and single-strategy `-MIG-<profile>`
+    suffixes: the board is the model a reading would show (audit of 8bb63dec: such a node was no shard's)."""
+    for product in (PRODUCT[H100] + "-SHARED", PRODUCT[H100] + "-MIG-1g.10gb", PRODUCT[H100] + "-MIG-INVALID"):
+        inner = Labelled()
+        inner.listed["h100-dark"] = product
+        assert nodes_after_a_reading(inner, f"model={H100}") == {"h100-0", "h100-dark"}, product
+        assert "h100-dark" not in nodes_after_a_reading(inner, f"model={A100}"), product
