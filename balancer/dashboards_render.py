@@ -12,7 +12,9 @@ Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range qu
   panel's y-axis label;
 - table with `groupingToMatrix` (node x GPU grid): a row-label x column-label image of the last values;
 - other tables: a table of each series' labels and last value, inside the panel (value mappings applied);
-- bar gauges and stats: the last value of each series.
+- bar gauges and stats: the last value of each series;
+- a library panel (a reference to a panel kept in Grafana's library: its queries are not in the file): a
+  placeholder saying so, counted in `RenderReport.library_panels`, not as a panel without data.
 
 The drawing itself is `balancer.dashboards_draw`.
 
@@ -66,9 +68,11 @@ def parse_duration(text: str, field_name: str = "--range") -> int:
 
 
 def check_points(range_s: int, step: int, step_text: str, range_text: str) -> None:
-    """A --step that gives --range more steps than Prometheus answers is the flag's fault (exit 2), not Prometheus'."""
-    if range_s / step > MAX_POINTS:
-        raise InputError(None, "--step", step_text, f"at least {math.ceil(range_s / MAX_POINTS)}s for --range "
+    """A --step that gives --range more steps than Prometheus answers is the flag's fault (exit 2), not Prometheus'.
+    Prometheus refuses when `(end - start) / step` exceeds MAX_POINTS in Go's Duration division, which truncates:
+    --range 22001s --step 2s (11000.5) is answered: the least step is the least with range_s // step <= MAX_POINTS."""
+    if range_s // step > MAX_POINTS:
+        raise InputError(None, "--step", step_text, f"at least {range_s // (MAX_POINTS + 1) + 1}s for --range "
                          f"{range_text} (Prometheus returns at most {MAX_POINTS} points a series)")
 
 
@@ -128,6 +132,9 @@ class RenderReport:
     # per dashboard, the empty panels that show hardware this Prometheus has none of (MIG): not a missing series
     not_applicable: dict[str, list[str]] = field(default_factory=dict)
     series: dict[str, dict[str, int]] = field(default_factory=dict)
+    # per dashboard, the library panels (a reference to a panel kept in Grafana's library, its queries not in the
+    # file): each a placeholder box saying so, its queries not run, not counted as a panel without data
+    library_panels: dict[str, list[str]] = field(default_factory=dict)
     # per dashboard, each annotation drawn: (name, matplotlib colour, event times)
     markers: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
 
@@ -141,7 +148,7 @@ class _Need:
 
 @dataclass(frozen=True)
 class _Each:
-    """An object whose every value is `spec` (a value mapping's options: value -> {text, color})."""
+    """An object whose every value is `spec` (a `type: value` mapping's options: value -> {text, color})."""
 
     spec: object
 
@@ -152,11 +159,15 @@ _TARGET = {"expr": _Need(str), "legendFormat": str}
 _PANEL = {
     "type": _Need(str), "title": str, "targets": [_TARGET],
     "gridPos": _Need({"x": _Need(int), "y": _Need(int), "w": _Need(int), "h": _Need(int)}),
-    "fieldConfig": {"defaults": {"unit": str, "mappings": [{"options": _Each((dict, type(None)))}],
-                                 "custom": {"stacking": dict}}},
+    # a mapping's options are checked by its type (_check_drawn): range, regex and special ones hold scalars
+    "fieldConfig": {"defaults": {"unit": str, "mappings": [dict], "custom": {"stacking": dict}}},
     "transformations": [{"id": _Need(str), "options": {"rowField": str, "columnField": str}}],
     "options": {"yAxis": dict, "color": {"scheme": str}},
 }
+# The one kind of value mapping the renderer reads (dashboards_draw._mapped): value -> {text, color}.
+_VALUE_MAPPING = {"options": _Each((dict, type(None)))}
+# A library panel as Grafana saves and exports it: its place and a reference, no type (its model is in the library).
+_LIBRARY_REF = {"title": str, "gridPos": _PANEL["gridPos"], "libraryPanel": _Need({"uid": str, "name": str})}
 _DASHBOARD = {
     "title": _Need(str), "uid": str,
     "panels": _Need(list),   # of _PANEL, each checked by _check_panel (a row needs its type alone)
@@ -165,7 +176,9 @@ _DASHBOARD = {
     "annotations": {"list": [{"expr": str}]},
 }
 _KINDS = {str: "a string", int: "an integer", dict: "an object", list: "a list", type(None): "null"}
-# The PNG is 40.5 pixels per grid row (0.45 in at 90 dpi) and matplotlib draws at most 2**16 pixels a side.
+# The PNG is 40.5 pixels per grid row (0.45 in at 90 dpi). matplotlib before 3.10 draws under 2**16 pixels a side
+# (3.10 raised it to 2**23, matplotlib PR #28904) and the project supports matplotlib>=3.8: 1600 rows and the
+# title's 2 are 64,881 pixels.
 MAX_GRID_ROWS = 1600
 
 
@@ -207,17 +220,36 @@ def _check(value: object, spec: object, where: str) -> None:
                 raise _Bad(f"{where}.{key}".lstrip("."), None, _allowed(inner.spec), "missing")
 
 
+def is_library_panel(panel: dict) -> bool:
+    """A reference to a library panel (`libraryPanel`, no `type`): the file holds its place, not its queries."""
+    return "libraryPanel" in panel and "type" not in panel
+
+
 def _check_panel(panel: object, where: str) -> None:
-    """One panel: a row only needs its type (the renderer skips it); every other panel is drawn, on the grid."""
+    """One panel: a row only needs its type (the renderer skips it); a library panel reference its place and the
+    reference (drawn as a placeholder); every other panel is drawn, on the grid."""
     if isinstance(panel, dict) and panel.get("type") == "row":
         return
-    _check(panel, _PANEL, where)
-    g = panel["gridPos"]
+    library = isinstance(panel, dict) and is_library_panel(panel)
+    _check(panel, _LIBRARY_REF if library else _PANEL, where)
+    _check_grid(panel["gridPos"], where)
+    if not library:
+        _check_drawn(panel, where)
+
+
+def _check_grid(g: dict, where: str) -> None:
     wide, tall = "Grafana's grid is 24 columns wide", f"a PNG holds at most {MAX_GRID_ROWS} grid rows"
     for key, least, most, why in (("x", 0, 23, wide), ("w", 1, 24 - g["x"], wide), ("y", 0, MAX_GRID_ROWS - 1, tall),
                                   ("h", 1, MAX_GRID_ROWS - g["y"], tall)):
         if not least <= g[key] <= most:
             raise _Bad(f"{where}.gridPos.{key}", g[key], f"an integer from {least} to {most} ({why})")
+
+
+def _check_drawn(panel: dict, where: str) -> None:
+    """What of a drawn panel depends on another of its fields: a value mapping's options, a grid's two fields."""
+    for i, mapping in enumerate(panel.get("fieldConfig", {}).get("defaults", {}).get("mappings", [])):
+        if mapping.get("type") == "value":
+            _check(mapping, _VALUE_MAPPING, f"{where}.fieldConfig.defaults.mappings[{i}]")
     for i, t in enumerate(panel.get("transformations", [])):
         if t["id"] == "groupingToMatrix" and t.get("options") and not {"rowField", "columnField"} <= set(t["options"]):
             raise _Bad(f"{where}.transformations[{i}].options", t["options"],
@@ -338,6 +370,9 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
         # a 1-column or 1-row panel (Grafana's least) is drawn small, not refused by matplotlib for its negative size
         ax = fig.add_axes((g["x"] / 24 + 0.03, 1 - (header + g["y"] + g["h"]) / rows + 0.25 / rows,
                            max(g["w"] / 24 - 0.05, 0.5 / 24), max(g["h"] - 1.1, 0.5) / rows))
+        if is_library_panel(panel):
+            report.library_panels.setdefault(name, []).append(_library_placeholder(ax, panel))
+            continue
         ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
         unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
         data = renderer.panel_data(panel, variables)
@@ -372,6 +407,17 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
     except OSError as exc:   # a read-only or full folder: the flag's to name, not a traceback
         raise InputError(None, "--out", str(out), "a folder this process can write PNGs in", str(exc)) from exc
     return path
+
+
+def _library_placeholder(ax, panel: dict) -> str:
+    """A library panel's box, saying what it is: its queries are in Grafana's library, not in the file. Its name."""
+    ref = panel["libraryPanel"]
+    title = panel.get("title") or ref.get("name") or ref.get("uid", "")
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"library panel {ref.get('uid', '')}\n(kept in Grafana's library, not drawn here)",
+            ha="center", va="center", transform=ax.transAxes, color="grey", clip_on=True)
+    return title
 
 
 def render(prometheus_url: str, out: Path, *, dashboards_dir: Path = DEFAULT_DASHBOARDS_DIR,

@@ -67,6 +67,9 @@ def test_a_json_object_that_is_not_a_dashboard_is_refused_naming_file_field_valu
                  id="a grid without its column field"),
     pytest.param({"title": "t", "panels": [], "templating": {"list": [{"type": "query", "query": "up"}]}},
                  "templating.list[0].name", "None", "a string (missing)", id="a variable without a name"),
+    pytest.param({"title": "t", "panels": [{"id": 3, "gridPos": GRID, "libraryPanel": "gpu-temp"}]},
+                 "panels[0].libraryPanel", "'gpu-temp'", "an object",
+                 id="a library panel whose reference is not an object"),
 ])
 def test_a_dashboard_without_what_the_renderer_reads_exits_2(tmp_path, capsys, dashboard, field, value, allowed):
     line = _one_error(capsys, _render(tmp_path, dashboard))
@@ -86,11 +89,22 @@ def test_an_unknown_uid_among_dashboards_whose_uid_is_not_a_string_exits_2(tmp_p
     pytest.param(["--range", "7d", "--step", "1s"], "--step",
                  "at least 55s for --range 7d (Prometheus returns at most 11000 points a series)",
                  id="more steps than Prometheus answers"),
+    pytest.param(["--range", "22001s", "--step", "1s"], "--step",
+                 "at least 2s for --range 22001s (Prometheus returns at most 11000 points a series)",
+                 id="the least step Prometheus answers, its division truncating (not 3s)"),
 ])
 def test_a_range_prometheus_cannot_answer_exits_2_not_1(tmp_path, capsys, flags, field, allowed):
     code = main(["dashboards", "render", "--prometheus", PROM, "--out", str(tmp_path / "png"), *flags])
     line = _one_error(capsys, code)
     assert f"field '{field}'" in line and line.endswith(f"allowed: {allowed}")
+
+
+def test_a_step_prometheus_answers_after_its_truncating_division_is_accepted(tmp_path, capsys):
+    """Prometheus refuses only when int((end - start) / step) > 11000 (Go's Duration division): 22001s / 2s is
+    11000.5 points, answered; it was refused, exit 2. Accepted, it goes on to query (nothing answers: exit 1)."""
+    code = _render(tmp_path, {"title": "t", "panels": [STAT]}, "--range", "22001s", "--step", "2s")
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("gputide: error: cannot reach Prometheus at http://127.0.0.1:1"), err
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no folder can be made")
@@ -162,14 +176,11 @@ def test_build_check_with_a_json_file_not_utf8_exits_2(tmp_path, capsys):
     assert "field '--out'" in line and "can't decode byte 0xff" in line
 
 
-@pytest.mark.parametrize("panel_type", ["stat", "timeseries", "heatmap", "table", "bargauge"])
-def test_a_panel_one_column_wide_and_one_row_high_is_drawn(tmp_path, capsys, panel_type):
-    """Grafana's least panel (w 1, h 1) was a negative axes size, a matplotlib ValueError traceback."""
+def _render_with_data(tmp_path: Path, capsys, panels: list[dict]) -> None:
+    """`panels` on one dashboard, rendered against a Prometheus with data, --require-data: exit 0 and a PNG."""
     from test_dashboards_render import FakePrometheus
 
-    panel = {"type": panel_type, "title": "tiny", "gridPos": {"x": 3, "y": 2, "w": 1, "h": 1},
-             "targets": [{"expr": "gpu:temp"}]}
-    (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": [panel]}))
+    (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": panels}))
     fake = FakePrometheus()
     try:
         code = main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path / "png"),
@@ -178,3 +189,47 @@ def test_a_panel_one_column_wide_and_one_row_high_is_drawn(tmp_path, capsys, pan
         fake.close()
     assert code == 0, capsys.readouterr().err
     assert (tmp_path / "png" / "board.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("panel_type", ["stat", "timeseries", "heatmap", "table", "bargauge"])
+def test_a_panel_one_column_wide_and_one_row_high_is_drawn(tmp_path, capsys, panel_type):
+    """Grafana's least panel (w 1, h 1) was a negative axes size, a matplotlib ValueError traceback."""
+    _render_with_data(tmp_path, capsys, [{"type": panel_type, "title": "tiny", "gridPos": {"x": 3, "y": 2, "w": 1,
+                                                                                          "h": 1},
+                                          "targets": [{"expr": "gpu:temp"}]}])
+
+
+@pytest.mark.parametrize("panel_type", ["table", "stat"])
+@pytest.mark.parametrize("mapping", [
+    pytest.param({"type": "range", "options": {"from": 0, "to": 50, "result": {"text": "cool", "index": 0}}},
+                 id="range"),
+    pytest.param({"type": "regex", "options": {"pattern": "^4.*", "result": {"text": "forties", "index": 1}}},
+                 id="regex"),
+    pytest.param({"type": "special", "options": {"match": "null", "result": {"text": "N/A", "index": 2}}},
+                 id="special"),
+])
+def test_grafana_range_regex_and_special_value_mappings_are_drawn(tmp_path, capsys, mapping, panel_type):
+    """Their options hold scalars (from, to, pattern, match), not value -> {text}: checked as a `type: value`
+    mapping's, every such dashboard was refused, exit 2. The renderer reads `type: value` mappings only."""
+    value = {"type": "value", "options": {"40": {"text": "forty", "index": 3}}}
+    _render_with_data(tmp_path, capsys, [STAT | {"type": panel_type, "targets": [{"expr": "gpu:temp"}],
+                                                 "fieldConfig": {"defaults": {"mappings": [mapping, value]}}}])
+
+
+def test_a_library_panel_reference_is_drawn_as_a_placeholder_not_refused_nor_without_data(tmp_path, capsys):
+    """Grafana saves and exports a library panel as its place and a reference, no type: refused for its missing
+    type (exit 2), and before that drawn as "No data" (exit 1 with --require-data). Its queries are in Grafana's
+    library, not in the file: a placeholder saying so, neither drawn nor counted as without data."""
+    from test_dashboards_render import GPUS, FakePrometheus
+
+    from balancer import dashboards_render as dr
+
+    library = {"id": 3, "gridPos": GRID | {"x": 12}, "libraryPanel": {"uid": "a1b2c3", "name": "Fleet temperature"}}
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, library])
+    fake = FakePrometheus()
+    try:
+        report = dr.render(fake.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
+    finally:
+        fake.close()
+    assert report.library_panels == {"board": ["Fleet temperature"]}
+    assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
