@@ -5,7 +5,8 @@ grafana-foundation-sdk). `render` runs every panel's queries against a Prometheu
 dashboard; it exits 1 when Prometheus cannot be reached, and with `--require-data` when a panel had no data (a
 per-MIG-instance panel on a Prometheus without any MIG GPU is expected to be empty and does not count). Bad input
 exits 2 naming the flag or the file and field: a dashboard file without what the renderer reads (a string title, a
-list of panels, each with its type and its place on the grid), a --step that needs more points than Prometheus
+list of panels, each with its type, or a library panel reference, drawn as a placeholder, and its place on the
+grid), a --step that needs more points than Prometheus
 answers, a `build --check` against a folder that is not there.
 """
 
@@ -66,6 +67,8 @@ def run_render(args: argparse.Namespace) -> int:
         print(f"{name}: no data for {', '.join(panels)}", file=sys.stderr)
     for name, panels in report.not_applicable.items():  # not a failure of --require-data: nothing to show here
         print(f"{name}: no data, as expected without MIG GPUs, for {', '.join(panels)}", file=sys.stderr)
+    for name, panels in report.library_panels.items():  # their queries live in Grafana's library, not in the file
+        print(f"{name}: library panels drawn as placeholders: {', '.join(panels)}", file=sys.stderr)
     return 1 if empty and args.require_data else 0
 
 

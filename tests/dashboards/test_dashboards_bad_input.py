@@ -226,6 +226,7 @@ def test_a_library_panel_reference_is_drawn_as_a_placeholder_not_refused_nor_wit
 
     library = {"id": 3, "gridPos": GRID | {"x": 12}, "libraryPanel": {"uid": "a1b2c3", "name": "Fleet temperature"}}
     _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, library])
+    assert "board: library panels drawn as placeholders: Fleet temperature" in capsys.readouterr().err
     fake = FakePrometheus()
     try:
         report = dr.render(fake.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
