@@ -70,10 +70,11 @@ pod is applied again by the next agent.
 A scrape's answer is the only collection a scraper sees, so what a collection said reached Prometheus only once
 a scrape was answered with it: `CollectHealth` numbers its collections in the order they began and keeps the
 highest number a scrape's answer carried (`served_seq`: the collection made for it, or the last complete one served
-instead), and `current_collection()` tells code running inside a collection which one it is. The kubelet's pod
-attribution (`exporters.podresources`) reads both: a collection that outran the timeout, or the first collection
-(made for no scrape), has published nothing, and pods are dropped only after one that said the kubelet was silent
-was served.
+instead; counted as the answer is made, before it is written, so a scrape Prometheus abandoned meanwhile counts
+too), and `current_collection()` tells code running inside a collection which one it is (its number, when it
+began). The kubelet's pod attribution (`exporters.podresources`) reads both: a collection that outran the timeout,
+or the first collection (made for no scrape), has published nothing, and pods are dropped only after one that said
+the kubelet was silent was served.
 
 dcgm-exporter's ``/health`` answers from its own state without asking DCGM (and never fails for a stuck read);
 node-exporter's probes ask for its landing page, which reads nothing either.
@@ -101,7 +102,7 @@ DEFAULT_STUCK_AFTER_S = 300.0
 DEFAULT_COLLECT_TIMEOUT_S = 8.0   # under Prometheus's default scrape timeout (10 s), which the PodMonitor keeps
 DEFAULT_SERVE_STALE_S = 30.0      # two scrape intervals of the PodMonitor (15 s)
 
-_collecting = threading.local()   # in a collection's own thread (`CollectHealth._collect`): .at (health, number)
+_collecting = threading.local()   # in a collection's own thread (`CollectHealth._collect`): .at (health, collection)
 
 
 class CollectTimeout(TimeoutError):
@@ -264,7 +265,7 @@ class CollectHealth:
                 self.served_seq = max(self.served_seq, run.seq)
 
     def _collect(self, source: Collector, run: Collection, token: int) -> None:
-        _collecting.at = (self, run.seq)   # this thread runs `run` alone (`current_collection`)
+        _collecting.at = (self, run)   # this thread runs `run` alone (`current_collection`)
         try:
             run.families = list(source.collect())
             run.body = render_families(run.families)
@@ -340,14 +341,17 @@ class TrackedCollector(Collector):
         """The text a scrape answers with: a collection's (this one's, or the last complete one while recent
         enough), then the exporter's own series about its collections."""
         run, _ = self.health.run(self.inner)
+        # counted before the answer is written: a scrape Prometheus abandoned meanwhile (a --collect-timeout above its
+        # scrape_timeout) counts as served though what `run` said reached no one (`exporters.podresources`)
         self.health.served(run)
         return run.body + render_families(self.health.families(self.health.clock() - run.started))
 
 
-def current_collection() -> tuple[CollectHealth, int] | None:
-    """(the `CollectHealth` whose collection this thread runs, that collection's number), else None: code not run
-    by `CollectHealth.run` (a registry rendered directly, as tests and the simulated exporter's callers may). What a
-    collection said reached a scraper once `health.served_seq` is at least its number."""
+def current_collection() -> tuple[CollectHealth, Collection] | None:
+    """(the `CollectHealth` whose collection this thread runs, that collection: its `seq`, its `started` on
+    `health.clock`), else None: code not run by `CollectHealth.run` (a registry rendered directly, as tests and the
+    simulated exporter's callers may). What a collection said reached a scraper once `health.served_seq` is at least
+    its number."""
     return getattr(_collecting, "at", None)
 
 

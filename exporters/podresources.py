@@ -53,21 +53,27 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   seconds (on a monotonic clock: a wall clock stepped by NTP moves no grace), counted not from the kubelet's last
   answer but from the first collection of this outage that began once another of it had completed (in
   `gputide exporter`, usually the second failed collection; in a registry rendered directly, below, the first),
-  from when it began to when a later one began (before their GPU reads, whose time varies: `Attributed.read`),
-  and then dropped, so a lasting outage shows as no attribution rather than as frozen pods; it is dropped only by a
+  from when it began to when a later one began (`PodAttribution.began`: the collection's own start where
+  `CollectHealth.run` runs it, else before its GPU reads, whose time varies: `Attributed.read`), and then
+  dropped, so a lasting outage shows as no attribution rather than as frozen pods; it is dropped only by a
   collection after a scrape was answered with one that failed (it said up 0 with the kept pods), never by the
   first (with `grace_s` 0 too). Why: dropped in the scrape that first said
   `gputide_pod_resources_up` 0, Prometheus' remote write with several shards could deliver the pods' stale
   markers before up 0 (up to its `batch_send_deadline`, 5 s, apart), and the controller, which reads pod
   attribution with up 0 (`gpu:pod_attribution_down:bool`), saw GPUs with no pods and no up 0 for a moment: free.
-  What holds: every scraper that scrapes this exporter at least every `grace_s` (each Prometheus of an HA pair
-  counted alone) gets at least one scrape with up 0 and the kept pods before they go: from when the grace is
-  counted on, every scrape is answered with a collection of this outage (the running one, or the last complete
-  one served instead: `exporters.health`), never with one from before it, and such a scraper's last scrape before
-  the collection that drops the pods comes within `grace_s` of that collection's start, so after the grace
-  began. Counted from the first failed collection, an HA pair lost it: that collection outran `--collect-timeout`, both
-  scrapers' next scrapes got the last complete one (up 1, the pods), one then got up 0 with the pods, and the
-  other, scraping every `grace_s`, next got up 0 without them. Not for a scraper slower than that, nor for
+  What holds: every scraper whose scrapes of this exporter are answered at least every `grace_s` (each Prometheus
+  of an HA pair counted alone) gets at least one scrape with up 0 and the kept pods before they go: from when the
+  grace is counted on, every scrape is answered with a collection of this outage (the running one, or the last
+  complete one served instead: `exporters.health`), never with one from before it, and such a scraper's last
+  answered scrape before the collection that drops the pods comes within `grace_s` of that collection's start, so
+  after the grace began. Answered: a scrape that failed (a 503, the collection outran `--serve-stale-for` too; a
+  500, it raised) carries nothing, and Prometheus marks every series of the target stale at once, as for an
+  exporter that restarted; a scraper whose only scrape in the grace failed may go from up 1 with the pods to up 0
+  without them. A scrape Prometheus abandoned (a `--collect-timeout` above its scrape_timeout) fails for it too,
+  yet counts as answered below (`CollectHealth.served`). Counted from the first failed collection, an HA pair
+  lost it: that collection outran `--collect-timeout`, both scrapers' next scrapes got the last complete one (up
+  1, the pods), one then got up 0 with the pods, and the other, scraping every `grace_s`, next got up 0 without
+  them. Not for a scraper answered less often than every `grace_s`, nor for
   `grace_s` 0 with several scrapers (the pods go in the first failed collection after a scrape carried up 0,
   below): only a scraper that was answered with up 0 before it is sure to get it, another may go from up 1 with
   the pods to up 0 without them in one scrape. A failed collection that no scrape
@@ -76,14 +82,20 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   answered with it" is what counts (`CollectHealth.served_seq`, `exporters.health.current_collection`): until a
   scrape carried up 0 of this outage, later failed collections keep the pods with up 0 however long past `grace_s`
   (counted as above); collected other than through `CollectHealth.run` (a registry rendered directly), each
-  collection is its caller's answer. An answer already older than 2 x `grace_s` when the first failed collection
-  began (no collection for that long: Prometheus away; with `grace_s` 0, any answer) goes at the next failed
-  collection once up 0 was served, still never at the first. Kept `grace_s` more, an hour-old
-  answer's pods, some long gone, were billed that much longer (`gpu_pod:attribution:share` does not read up); and
-  no scraper that scrapes at least every `grace_s` is
-  owed them: its last scrape before that collection carried one begun at most `grace_s` + `--serve-stale-for`
-  (30 s) before it, which the kubelet answered, so the kept answer is within 2 x `grace_s` where `grace_s` is 30 s
-  or more (`gputide exporter`'s is 60 s). It also collects its own health:
+  collection is its caller's answer. An answer already older than `grace_s` + the longest a scrape may carry a
+  collection after it began (`--serve-stale-for`, `--collect-timeout`, or `grace_s` itself, whichever is longest:
+  2 x `grace_s`, 120 s, in `gputide exporter` unless either flag is longer) when the first failed collection began
+  (no collection reached the kubelet for that long: Prometheus away, or NVML busy or stuck, collections failing
+  before they ask it; with `grace_s` 0 and no `CollectHealth`, any answer) goes at the next failed collection once
+  up 0 was served, still never at the first. Kept `grace_s` more, an hour-old answer's pods, some long gone, were
+  billed that much longer (`gpu_pod:attribution:share` does not read up); and
+  no scraper answered at least every `grace_s` is owed them: its last answered scrape before that collection
+  carried one that asked the kubelet, and it answered (a collection that failed before asking it is never served),
+  begun at most `--serve-stale-for` (served instead of a late one) or `--collect-timeout` (a running one it waited
+  for) before the scrape, itself at most `grace_s` before the first failed collection. Bound by 2 x `grace_s`
+  alone, `--serve-stale-for 10m` with NVML busy 200 s (scrapes served the last complete collection throughout)
+  dropped the pods at the collection after the first failed one, and a scraper answered every `grace_s` went from
+  up 1 with the pods to up 0 without them. It also collects its own health:
   `gputide_pod_resources_up`, `gputide_pod_resources_last_success_timestamp_seconds` and
   `gputide_pod_resources_unmatched_devices` (device IDs of a GPU or MIG resource, and DRA devices of a GPU driver,
   that match no GPU of this exporter: another node's, a MIG device NVML does not know, an ID format or device name
@@ -350,7 +362,8 @@ class PodAttribution:
         # when the first collection of this outage began that began after one of it had completed (on `clock`): from
         # then on every scrape is answered with a collection of this outage (`_down_for_all`)
         self._down_for_all_from: float | None = None
-        self._stale_kept = False   # the kept answer was over 2 x grace_s old when the first failed collection began
+        # the kept answer was over grace_s + `_carried_for_s()` old when the first failed collection began
+        self._stale_kept = False
         # (namespace, pod, resource, device ID) -> the number of the kubelet answer it first appeared in
         self._first_seen: dict[tuple[str, str, str, str], int] = {}
         self._answers = 0   # kubelet answers so far: an order no clock step can upset
@@ -370,10 +383,12 @@ class PodAttribution:
             published_down = since is not None and self._down_published()   # a scrape said up 0 since
             if since is None:
                 since = self._failing_since = now
-                self._down_in, self._down_for_all_from = current_collection(), None
-                # no collection for 2 x grace_s (Prometheus away): no scraper scraping every grace_s is owed the
-                # pods, and an old answer kept grace_s longer bills departed pods (module docstring)
-                self._stale_kept = now - self._answered_at > 2 * self.grace_s
+                at = current_collection()
+                self._down_in, self._down_for_all_from = None if at is None else (at[0], at[1].seq), None
+                # no collection reached the kubelet for that long (Prometheus away, NVML busy): no scraper answered
+                # every grace_s is owed the pods, and an old answer kept grace_s longer bills departed pods (module
+                # docstring)
+                self._stale_kept = now - self._answered_at > self.grace_s + self._carried_for_s()
                 log.warning("kubelet PodResources at %s not answering (%s); keeping the last answer (%.0f s old) "
                             "for %s", getattr(self.client, "socket", "?"),
                             exc.code() if hasattr(exc, "code") else exc, now - self._answered_at,
@@ -392,6 +407,30 @@ class PodAttribution:
             return self._last or []
         self._up, self._answered_at, self._last_ok, self._failing_since = True, self.clock(), self.wall(), None
         return self._last
+
+    def _carried_for_s(self) -> float:
+        """The longest a scrape may carry a collection after it began, where `CollectHealth.run` runs this one:
+        `--serve-stale-for` (the last complete one, served instead of a late one) or `--collect-timeout` (a running one
+        the scrape waited for), at least `grace_s`. Bound by `grace_s` alone (2 x `grace_s` with the grace), a
+        `--serve-stale-for` over `grace_s` dropped the pods of an answer that a scraper answered every `grace_s` was
+        still carrying with up 1 (NVML busy, collections failing before they ask the kubelet). Collected other than
+        through `CollectHealth.run`, each collection is its caller's answer: `grace_s`."""
+        if self._down_in is None:
+            return self.grace_s
+        health = self._down_in[0]
+        return max(self.grace_s, health.serve_stale_s, health.collect_timeout_s)
+
+    def began(self) -> float:
+        """When the collection that runs this began, on `clock`: its own start (`Collection.started`) where
+        `CollectHealth.run` runs it on this same clock (`gputide exporter`'s: both monotonic), else now (a registry
+        rendered directly; `Attributed.read` asks before the GPU reads). The grace is reasoned from when a scrape's
+        collection began; read later (before the GPU reads, after what the collection ran first), the collection
+        that drops the pods was timed late by that much more than the one the grace is counted from, and the pods
+        went before `grace_s` of collection starts had passed."""
+        at = current_collection()
+        if at is not None and at[0].clock is self.clock:
+            return at[1].started
+        return self.clock()
 
     def _down_published(self) -> bool:
         """Whether a scrape was answered with a collection of this outage (each says up 0 and keeps the pods): one
@@ -501,8 +540,8 @@ class Attributed:
     def read(self) -> GpuReadings:
         # the collection's start, before the GPU reads (up to their deadline, seconds): read after them, the kubelet's
         # grace_s was counted between times shifted by each collection's reads, and a scraper scraping every grace_s
-        # could go from up 1 with the pods to up 0 without them
-        began = self.attribution.clock()
+        # could go from up 1 with the pods to up 0 without them (`PodAttribution.began`)
+        began = self.attribution.began()
         readings = self.backend.read()
         mig = getattr(self.backend, "mig_instance", None)   # the NVML backend's; a simulated fleet has no MIG
         files = getattr(self.backend, "device_files", None)   # the NVML backend's minor numbers

@@ -49,18 +49,35 @@ class Kubelet:
 
 
 class Backend:
-    """Reads one GPU; while `hang` is set a read waits until `release` is set (a GPU slow to answer NVML)."""
+    """Reads one GPU; while `hang` is set a read waits until `release` is set (a GPU slow to answer NVML); while
+    `busy`, a read gives up at once with a `TimeoutError` (`NvmlBusy`: the power-cap agent holds NVML), and the
+    collection fails before it asks the kubelet."""
 
     identity = (GPU,)
 
     def __init__(self) -> None:
-        self.hang = False
+        self.hang = self.busy = False
         self.release = threading.Event()
 
     def read(self) -> GpuReadings:
+        if self.busy:
+            raise TimeoutError("NVML busy: the power-cap agent holds it")
         if self.hang:
             self.release.wait(BOUND_S)
         return GpuReadings(identity=self.identity, values={"DCGM_FI_DEV_GPU_TEMP": np.full(1, 50.0)})
+
+
+class Ahead:
+    """A collector the registry collects before the GPUs: it takes `delay_s` (on the clock) the next time, then none
+    (what runs in a collection before its GPU reads begin)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock, self.delay_s = clock, 0.0
+
+    def collect(self) -> list[object]:
+        self.clock.now += self.delay_s
+        self.delay_s = 0.0
+        return []
 
 
 class Exporter:
@@ -70,7 +87,9 @@ class Exporter:
     def __init__(self, grace_s: float, serve_stale_s: float = 120.0) -> None:   # --serve-stale-for 2m
         self.clock, self.kubelet, self.backend = Clock(), Kubelet(), Backend()
         self.attribution = PodAttribution(self.kubelet, grace_s=grace_s, clock=self.clock)
+        self.ahead = Ahead(self.clock)
         registry = CollectorRegistry()
+        registry.register(self.ahead)   # type: ignore[arg-type]
         registry.register(GpuCollector(Attributed(self.backend, self.attribution)))
         registry.register(self.attribution)
         self.health = CollectHealth(clock=self.clock, collect_timeout_s=TIMEOUT_S, serve_stale_s=serve_stale_s,
@@ -138,13 +157,19 @@ def test_a_timed_out_failed_collection_served_stale_later_has_published_its_up_0
 def test_only_a_collection_a_scrape_was_answered_with_counts_as_served():
     """`served_seq`: the first collection (made as the exporter starts, for no scrape) is not served, a scrape's
     own is, and so is the last complete one served instead of one that outran the timeout; `current_collection`
-    names the collection its thread runs, and nothing outside one."""
+    names the collection its thread runs (its number, when it began), and nothing outside one."""
     exporter = Exporter(60.0)
-    seen: list[object] = []
+    seen: list[tuple[CollectHealth, int, float]] = []
     real_read = exporter.backend.read
-    exporter.backend.read = lambda: seen.append(current_collection()) or real_read()   # type: ignore[method-assign]
+
+    def read() -> GpuReadings:
+        health, run = current_collection()   # type: ignore[misc]
+        seen.append((health, run.seq, run.started))
+        return real_read()
+
+    exporter.backend.read = read   # type: ignore[method-assign]
     first_collection(exporter.tracked).join(BOUND_S)
-    assert exporter.health.served_seq == 0 and seen == [(exporter.health, 1)]
+    assert exporter.health.served_seq == 0 and seen == [(exporter.health, 1, 1000)]
     exporter.scrape(1010)
     assert exporter.health.served_seq == 2
     exporter.backend.hang = True
@@ -152,7 +177,7 @@ def test_only_a_collection_a_scrape_was_answered_with_counts_as_served():
     assert exporter.health.served_seq == 2
     exporter.unhang()
     exporter.scrape(1030)
-    assert exporter.health.served_seq == 4 and [s[1] for s in seen] == [1, 2, 3, 4]   # type: ignore[index]
+    assert exporter.health.served_seq == 4 and [s[1:] for s in seen] == [(1, 1000), (2, 1010), (3, 1020), (4, 1030)]
     assert current_collection() is None
 
 
@@ -197,3 +222,40 @@ def test_a_first_failed_collection_served_stale_late_starts_no_grace_for_an_ha_p
     exporter.unhang()
     assert exporter.scrape(1080) == ({"train-0"}, 0, 0)   # B
     assert exporter.scrape(1100) == (set(), 0, 0)   # A: over 60 s after 1035
+
+
+def test_an_answer_a_scraper_was_served_for_longer_than_2_x_grace_s_keeps_its_grace():
+    """`--serve-stale-for 10m`: NVML busy for 200 s, every collection failed before it asked the kubelet and
+    scrapes were answered with the last complete one (begun at 1000: up 1, the pods), Prometheus B's every 60 s. The
+    kubelet falls silent as NVML frees: A's scrape at 1200 says up 0 with the pods, the answer 200 s old. Over 2 x
+    grace_s, A's next collection (1215) dropped them and B went from up 1 with the pods (1170) to up 0 without them
+    (1230). Within grace_s + `--serve-stale-for` of it, the answer keeps its grace."""
+    exporter = Exporter(60.0, serve_stale_s=600.0)
+    assert exporter.scrape(990) == ({"train-0"}, 1, 0)   # B
+    assert exporter.scrape(1000) == ({"train-0"}, 1, 0)   # A
+    exporter.backend.busy = True
+    for at in (1050, 1110, 1170):   # B
+        assert exporter.scrape(at) == ({"train-0"}, 1, at - 1000)
+    exporter.backend.busy, exporter.kubelet.silent = False, True
+    assert exporter.scrape(1200) == ({"train-0"}, 0, 0)   # A
+    assert exporter.scrape(1215) == ({"train-0"}, 0, 0)   # A: the grace is counted from here
+    assert exporter.scrape(1230) == ({"train-0"}, 0, 0)   # B: its first up 0, with the pods
+    assert exporter.scrape(1275) == ({"train-0"}, 0, 0)   # A: 60 s after 1215, not past grace_s
+    assert exporter.scrape(1290) == (set(), 0, 0)   # B
+
+
+def test_the_grace_is_timed_between_collection_starts_not_gpu_read_starts():
+    """B's scrape at 999 was answered with the last complete collection from before the outage (the first failed
+    one hung past the timeout); the grace is counted from A's at 1000, the first begun after that one ended. B's next
+    scrape, 59 s after 1000, runs a collection that reads the GPUs 2 s after it began: timed from its GPU reads (1061),
+    it dropped the pods, and B went from up 1 with them to up 0 without them. Timed from its start, it keeps them."""
+    exporter = Exporter(60.0, serve_stale_s=30.0)
+    assert exporter.scrape(980) == ({"train-0"}, 1, 0)   # A
+    exporter.kubelet.silent = exporter.backend.hang = True
+    assert exporter.scrape(990) == ({"train-0"}, 1, 10.5)   # A: the first failed collection hangs
+    assert exporter.scrape(999) == ({"train-0"}, 1, 19)   # B
+    exporter.unhang()   # it ends, served to no scrape
+    assert exporter.scrape(1000) == ({"train-0"}, 0, 0)   # A
+    exporter.ahead.delay_s = 2.0
+    assert exporter.scrape(1059) == ({"train-0"}, 0, 2)   # B
+    assert exporter.scrape(1061) == (set(), 0, 0)   # A: 61 s after 1000
