@@ -110,15 +110,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def nvml_backend(hostname: str | None = None):
-    """The NVML backend; no NVIDIA driver here is bad input (`--backend nvml` on a machine it cannot serve), said
-    in one line rather than as pynvml's traceback."""
-    from exporters.backends.nvml import NvmlBackend
+    """The NVML backend; exit 2 where NVML cannot be used here (`exporters.backends.nvml.started`, as the power-cap
+    agent starts it): pynvml missing, or an NVML error at its start, said in one line as what is missing and what to
+    do (NoPermission: the GPU devices, not a node with a driver, which it has) rather than as pynvml's traceback.
+    Anything else (an AttributeError, a bug) is raised as it is: catching every exception said a bug as bad input."""
+    from exporters.backends.nvml import started
 
-    try:
-        return NvmlBackend(hostname=hostname)
-    except Exception as exc:   # noqa: BLE001 - pynvml's errors (NVMLError_LibraryNotFound, ...) are pynvml's own
-        raise InputError(None, "--backend", "nvml", "sim, or nvml on a machine whose NVIDIA driver answers NVML",
-                         f"{type(exc).__name__}: {exc}") from exc
+    return started("exporter --backend nvml reads this machine's GPUs through NVML",
+                   ", as the exporter's DaemonSet does (deploy/base/exporter.yaml)", hostname=hostname)
 
 
 def _check(args: argparse.Namespace) -> None:

@@ -256,58 +256,19 @@ def agent_interval(text: str) -> float:
 NODE_NAME = "this node's name (the DaemonSet passes $(NODE_NAME))"
 
 
-NVML_WHERE = ("run it on a GPU node whose NVIDIA driver is loaded, libnvidia-ml.so.1 in its container (the NVIDIA "
-              "container runtime mounts it: runtimeClassName nvidia)")
-NVML_DEVICES = ("give it the GPU devices, /dev/nvidiactl and /dev/nvidia* (the NVIDIA container runtime with "
-                "NVIDIA_VISIBLE_DEVICES=all), and run it as root with CAP_SYS_ADMIN, as the power-cap component does "
-                "(deploy/components/power-cap)")
-NVML_MISSING = {   # pynvml's error at start -> what is missing, in words, and what to do
-    "NVMLError_LibraryNotFound": ("libnvidia-ml.so.1, NVML's library (the NVIDIA driver's), could not be loaded",
-                                  NVML_WHERE),
-    "NVMLError_DriverNotLoaded": ("the NVIDIA driver is not loaded, though libnvidia-ml.so.1 was found", NVML_WHERE),
-    "NVMLError_LibRmVersionMismatch": ("libnvidia-ml.so.1 does not match the NVIDIA driver loaded", NVML_WHERE),
-    "NVMLError_NoPermission": ("this process may not use the GPU devices (NVML answered 'Insufficient "
-                               "Permissions')", NVML_DEVICES),
-}
-NO_PYNVML = ("pynvml, NVML's Python binding (nvidia-ml-py), is not installed", "install nvidia-ml-py (gputide's "
-             "image has it)")
-NVML_FAILED = ("NVML failed at start (initialising it or listing the GPUs)", NVML_WHERE)
-
-
-class NoNvml(InputError):
-    """NVML cannot be used on this machine, so no cap can be applied: exit 2 at start, as the exporter's NVML backend
-    exits without it (`balancer.cmd.exporter.nvml_backend`). Said as what is missing, with pynvml's error and what to
-    do (NoPermission: the devices and root with CAP_SYS_ADMIN, not a node with a driver, which it has): the
-    exporter's words named an invalid `--backend nvml`, a flag this command does not have."""
-
-    def __init__(self, exc: BaseException) -> None:
-        name = type(exc).__name__
-        super().__init__(None, "NVML", "libnvidia-ml.so.1", NVML_WHERE, f"{name}: {exc}")
-        missing, todo = NO_PYNVML if isinstance(exc, ImportError) else NVML_MISSING.get(name, NVML_FAILED)
-        self.args = (f"power-cap-agent applies the caps through NVML, which cannot be used on this machine: "
-                     f"{missing} (pynvml: {self.detail}); {todo}",)
+# what the agent needs beyond the GPU devices where NVML answers NoPermission (`exporters.backends.nvml.started`)
+ROOT_WITH_CAP_SYS_ADMIN = (", and run it as root with CAP_SYS_ADMIN, as the power-cap component does "
+                           "(deploy/components/power-cap)")
 
 
 def nvml_backend() -> Any:
-    """The NVML backend the caps are applied through; `NoNvml` (exit 2) where NVML cannot be used: pynvml missing,
-    or an NVML error at its start. Anything else (an AttributeError, a bug) is raised as it is, not bad input."""
-    from exporters.backends.nvml import NvmlBackend
+    """The NVML backend the caps are applied through; exit 2 where NVML cannot be used here, started as the exporter's
+    (`exporters.backends.nvml.started`: pynvml missing, or an NVML error at its start, said as what is missing and
+    what to do, after this command's words, not the exporter's invalid `--backend nvml`, a flag this command does
+    not have). Anything else (an AttributeError, a bug) is raised as it is, not bad input."""
+    from exporters.backends.nvml import started
 
-    try:
-        return NvmlBackend()
-    except Exception as exc:   # pynvml not installed, or its errors: told apart below, the rest raised as they are
-        if not nvml_unusable(exc):
-            raise
-        raise NoNvml(exc) from exc
-
-
-def nvml_unusable(exc: BaseException) -> bool:
-    """`exc` says NVML cannot be used here: pynvml not installed, or one of pynvml's errors (an `NVMLError`: nvmlInit's,
-    no library, no driver, no permission, or the GPUs' count's once it started), told by its class's name, as only
-    `exporters.backends.nvml` imports pynvml (lint-imports). Not an error of gputide's own code."""
-    if isinstance(exc, ImportError):
-        return exc.name == "pynvml"
-    return any(cls.__name__ == "NVMLError" for cls in type(exc).__mro__)
+    return started("power-cap-agent applies the caps through NVML", ROOT_WITH_CAP_SYS_ADMIN)
 
 
 STATE_FILE = ("a file path, not a folder, whose folder this process can write in or, where that folder is missing, "

@@ -99,6 +99,11 @@ DRA driver's MIG device by its placement (`exporters.backends.nvml_mig`; GPU ins
 NVML is never asked of a GPU whose read is late or stuck (its DRA devices None, an index on it its GPU with no GPU
 instance, a MIG UUID among those walked on it before or on the other GPUs, else `MIG_GPU_UNKNOWN`), and None rather
 than a wait past `lock_timeout_s` for the lock.
+A command starts the backend through `started` (the exporter's ``--backend nvml``, `gputide power-cap-agent`): NVML
+unusable here (pynvml not installed, or an ``NVMLError`` at its start: no libnvidia-ml, no driver, no permission on
+the GPU devices, ...) is `NvmlUnusable`, exit 2, said as what is missing and what to do after the command's own words;
+pynvml's errors are told by their class here, the one module that imports pynvml, and anything else (a bug) is raised
+as it is, not as bad input.
 Tests inject `exporters.backends.fake_nvml` as `nvml`.
 """
 
@@ -112,6 +117,7 @@ from typing import Any
 
 import numpy as np
 
+from balancer.errors import InputError
 from exporters.backends.base import GpuIdentity, GpuReadings, InstanceReading, MigInstance
 from exporters.backends.nvml_gpm import UNSUPPORTED, GpuActivity, MigActivity
 from exporters.backends.nvml_gpu_reads import MAX_AGE_S, GpuReads
@@ -170,6 +176,54 @@ class _Out:
 
 class _Stale(Exception):
     """A GPU's read that outlived the NVML initialisation it began under (`NvmlBackend._fresh`)."""
+
+
+NVML_WHERE = ("run it on a GPU node whose NVIDIA driver is loaded, libnvidia-ml.so.1 in its container (the NVIDIA "
+              "container runtime mounts it: runtimeClassName nvidia)")
+# NoPermission's advice, each command adding what else it needs (the power-cap agent: root with CAP_SYS_ADMIN)
+NVML_DEVICES = ("give it the GPU devices, /dev/nvidiactl and /dev/nvidia* (the NVIDIA container runtime with "
+                "NVIDIA_VISIBLE_DEVICES=all)")
+NVML_START_ERRORS = {   # pynvml's error class at start, by its name in pynvml -> what is missing, in words; what to do
+    "NVMLError_LibraryNotFound": ("libnvidia-ml.so.1, NVML's library (the NVIDIA driver's), could not be loaded",
+                                  NVML_WHERE),
+    "NVMLError_DriverNotLoaded": ("the NVIDIA driver is not loaded, though libnvidia-ml.so.1 was found", NVML_WHERE),
+    "NVMLError_LibRmVersionMismatch": ("libnvidia-ml.so.1 does not match the NVIDIA driver loaded", NVML_WHERE),
+    "NVMLError_NoPermission": ("this process may not use the GPU devices (NVML answered 'Insufficient "
+                               "Permissions')", NVML_DEVICES),
+}
+NO_PYNVML = ("pynvml, NVML's Python binding (nvidia-ml-py), is not installed", "install nvidia-ml-py (gputide's "
+             "image has it)")
+NVML_FAILED = ("NVML failed at start (initialising it or listing the GPUs)", NVML_WHERE)
+
+
+class NvmlUnusable(InputError):
+    """NVML cannot be used on this machine: exit 2 at a command's start. Said after the command's own words (`lead`:
+    which command, what it needs NVML for) as what is missing, with pynvml's error, and what to do (NoPermission: the
+    devices, not a node with a driver, which it has), not as an invalid flag: the power-cap agent has no
+    ``--backend``, and the exporter's ``--backend nvml`` is right on a GPU node."""
+
+    def __init__(self, lead: str, exc: BaseException, missing: str, todo: str) -> None:
+        super().__init__(None, "NVML", "libnvidia-ml.so.1", NVML_WHERE, f"{type(exc).__name__}: {exc}")
+        self.args = (f"{lead}, which cannot be used on this machine: {missing} (pynvml: {self.detail}); {todo}",)
+
+
+def started(lead: str, devices: str = "", **kwargs: Any) -> NvmlBackend:
+    """`NvmlBackend(**kwargs)` at a command's start, or `NvmlUnusable` (exit 2) where NVML cannot be used here: pynvml
+    not installed, or an ``NVMLError`` at NVML's start (initialising it, or listing the GPUs once it started), told
+    by its class. `devices`: what the command needs beyond `NVML_DEVICES` where NVML answers NoPermission. Anything
+    else (an AttributeError, a bug) is raised as it is: catching every exception said a bug as bad input."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        if exc.name != "pynvml":   # pynvml there, but something it imports is not: no missing binding
+            raise
+        raise NvmlUnusable(lead, exc, *NO_PYNVML) from exc
+    try:
+        return NvmlBackend(**kwargs)
+    except pynvml.NVMLError as exc:
+        missing, todo = next((words for name, words in NVML_START_ERRORS.items()
+                              if isinstance(exc, getattr(pynvml, name, ()))), NVML_FAILED)
+        raise NvmlUnusable(lead, exc, missing, todo + devices if todo is NVML_DEVICES else todo) from exc
 
 
 class NvmlBusy(TimeoutError):
