@@ -16,6 +16,8 @@ however long a reconcile cycle runs, and the loop's check before each action (`t
 flag, not an API call; renewals that keep failing until the deadline make `is_leader` False at once, with no call
 from the loop.
 Without `start()`, `try_acquire` renews on demand (the loop asks before every action).
+A `--once` run found standby behind another identity's Lease keeps trying for up to a lease duration
+(`await_lease`), the takeover rule above deciding: one try never takes a crashed holder's Lease.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class LeaseLeaderElector:
     def __init__(self, api_client: Any, name: str, namespace: str, identity: str,
                  lease_duration_s: int = 15, renew_deadline_s: float = 10, clock: Callable[[], float] | None = None,
                  *, max_retries: int = 0, sleep: Callable[[float], None] = time.sleep,
-                 retry_period_s: float | None = None, monotonic: Callable[[], float] | None = None) -> None:
+                 retry_period_s: float | None = None, monotonic: Callable[[], float] | None = None,
+                 pause: Callable[[float], object] | None = None) -> None:
         if renew_deadline_s >= lease_duration_s:
             raise ValueError("renew_deadline_s must be shorter than lease_duration_s")
         # four tries before the renew deadline (client-go: 2 s of a 10 s deadline); a try is 2 calls of <= 5 s
@@ -81,8 +84,11 @@ class LeaseLeaderElector:
         self.lease_duration_s, self.renew_deadline_s = int(lease_duration_s), renew_deadline_s
         self.clock = clock or _WALL   # wall time: only the times written into the Lease
         self.monotonic = monotonic        # every local interval (`_tick`)
+        # `await_lease`'s sleep between tries (default: until `release()`, at most that long); a test's on its clock
+        self.pause: Callable[[float], object] = pause or self._halt.wait
         self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions) last seen
         self._observed_at = 0.0                          # our monotonic clock when we saw the record change
+        self._observed_for = self.lease_duration_s       # the leaseDurationSeconds last seen on the Lease
         self._renewed_at: float | None = None            # our monotonic clock at our last successful write as holder
         self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
@@ -165,7 +171,7 @@ class LeaseLeaderElector:
         record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
         if record != self._observed:   # when WE saw it change, on our clock: the holder's renewTime is not trusted
             self._observed, self._observed_at = record, tick
-        duration = int(spec.get("leaseDurationSeconds") or self.lease_duration_s)
+        duration = self._observed_for = int(spec.get("leaseDurationSeconds") or self.lease_duration_s)
         if holder and holder != self.identity and self._observed_at + duration > tick:
             self._renewed_at = None
             return False
@@ -187,6 +193,37 @@ class LeaseLeaderElector:
             self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         return won
+
+    def await_lease(self, stopping: Callable[[], bool] = lambda: False,
+                    pause: Callable[[float], object] | None = None) -> bool:
+        """A `--once` contender whose try found the Lease another identity's: keep trying every `retry_period_s`
+        (`pause`, default `self.pause`) until the takeover rule of `try_acquire_or_renew` lets us take it (the
+        record unchanged for its lease duration since we first saw it, on our clock: a crashed holder's Lease); True
+        once we hold it. False as soon as the record changes (the holder renewed: a live holder does within its renew
+        deadline, so a healthy standby leaves within about a lease duration), a try cannot reach the Lease
+        (`last_failure`, said as such by the caller), `stopping()` (SIGTERM) or `release()`, or a lease duration and
+        a retry period after we first saw it. A single try never takes such a Lease: the holder's renewTime is on
+        its clock, not ours, so a --once run (a CronJob) was a standby for ever behind a Lease nobody renewed."""
+        with self._lock:
+            seen, since, duration = self._observed, self._observed_at, self._observed_for
+            if self.is_leader or self.last_failure is not None or seen is None or seen[0] in ("", self.identity):
+                return self.is_leader
+        pause = pause or self.pause
+        deadline = since + duration + self.retry_period_s
+        tries = int((duration + self.retry_period_s) / self.retry_period_s) + 1   # also ends on a clock held still
+        for _ in range(tries):
+            if stopping() or self._halt.is_set() or self._tick() >= deadline:
+                break
+            pause(self.retry_period_s)
+            if stopping() or self._halt.is_set():
+                break
+            with self._lock:
+                self._try_acquire_or_renew()
+                if self.is_leader:
+                    return True
+                if self.last_failure is not None or (self._observed, self._observed_at) != (seen, since):
+                    break
+        return self.is_leader
 
     def _annotations(self, lease: Json) -> dict[str, str]:
         """The Lease's annotations, with our safety ledger when we have one (a replace must carry them all)."""

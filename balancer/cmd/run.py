@@ -9,7 +9,9 @@ I/O objects are built here and nowhere else: the Prometheus telemetry source, th
 the Lease elector, the metrics HTTP server. With `--leader-elect` a thread renews the Lease every quarter of the
 renew deadline, whatever the loop is doing, and the loop checks it before every action. SIGTERM / SIGINT let the
 action in progress finish, skip the rest of the cycle's actions and release the Lease, so a standby takes over at
-once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). Every action ends
+once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). `--once
+--leader-elect` watches a Lease another replica holds for up to a lease duration, and takes it over if nobody
+renews it meanwhile (a crashed holder's; `lease_expires`), else it is a standby. Every action ends
 within `--action-deadline` (its API calls, undo included: balancer/actuate/k8s_budget.py), the figure the grace
 period and the liveness limit are derived from (balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
 ended fail-static (held still) or, with `--leader-elect`, could not read or write its Lease (nothing done; said with
@@ -498,11 +500,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def lease_expires(elector) -> bool:
+    """Whether a `--once` standby takes the Lease after all: another identity's, unchanged for its lease duration
+    while this replica watches (`LeaseLeaderElector.await_lease`: a crashed holder's), not renewed meanwhile. One try
+    never takes it (the holder's renewTime is on another clock): a --once run was a standby for ever behind it."""
+    await_lease = getattr(elector, "await_lease", None)
+    return await_lease is not None and await_lease()
+
+
 def one_cycle(reconciler: Reconciler) -> int:
     """`--once`: one cycle, the Lease let go after it, what it did printed. A standby because its Lease could not be
     read or written (`lease_out_of_reach`) says so and exits as a cycle held still does, not as a standby (exit 0)."""
     try:
         report = reconciler.run_once()
+        if report.status == "standby" and lease_expires(reconciler.elector):
+            report = reconciler.run_once()   # a dead holder's Lease, taken over: the cycle as its leader
         # no next cycle to save it: a held budget, a reservation not replaced, this cycle's cooldowns
         saved = reconciler.handover.saved_before_exit(reconciler.ledger)
     finally:   # let the Lease go: the next replica (or --once run) takes it at once, not a lease duration later

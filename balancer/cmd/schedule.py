@@ -32,7 +32,9 @@ group, all together or none (balancer/actuate/k8s_gang.py). With `--leader-elect
 the elector's renewer thread keeps the Lease however long a pass runs, and the pass asks it (no I/O) before each pod and
 each binding, stopping once it is lost, so no pod is bound or preempted without a valid Lease (the pods of a pod
 group that pass left unbound are told so by an Event, `SchedulingDeferred`). `--once`: one pass (with
-`--leader-elect`, only as the holder, the Lease released at exit), print each pod's node (or that none fits), exit.
+`--leader-elect`, only as the holder, the Lease released at exit; a Lease another replica holds is watched for up to a
+lease duration: taken over if nobody renews it, a crashed holder's, else a standby), print each pod's node (or that
+none fits), exit.
 However slow the API server, a pass's reads end within 2 minutes and each pod's turn within 1
 (balancer/actuate/k8s_scheduler.py: a pod out of time waits for the next pass). SIGTERM / SIGINT stop the pass
 before its next read, pod or binding (never in the middle of one), then the Lease is released and the process
@@ -357,7 +359,11 @@ def one_shot(scheduler, leading, elector=None) -> int:
     """`--once`: one pass if this replica holds the Lease (or elects none), each pod's node printed. Not holding it
     because the Lease could not be read or written (`last_failure`: the API unreachable, failing or refusing) is
     said so and exits as a pass that could not read the API does: it was said as another replica holding it, exit 0,
-    so a script or a check took an API server down for a healthy standby."""
+    so a script or a check took an API server down for a healthy standby. A Lease another replica holds is watched
+    for up to a lease duration (`await_lease`): a dead holder's is taken over, one renewed meanwhile leaves this
+    replica a standby; SIGTERM ends the wait at once (`scheduler.stop()` wakes `wait_for_work`)."""
+    if not leading() and elector is not None:
+        elector.await_lease(lambda: scheduler.stopping, scheduler.wait_for_work)
     if not leading():
         out_of_reach = lease_out_of_reach(elector, "schedule", "nothing bound")
         if out_of_reach is not None:

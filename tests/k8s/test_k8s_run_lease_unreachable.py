@@ -15,6 +15,7 @@ from fakeapi import FakeKube
 
 from balancer.actuate.k8s_leader import LeaseLeaderElector
 from balancer.cli import main
+from balancer.cmd import run as run_cmd
 
 UNREACHABLE = 3   # balancer.cmd.run.EXIT_FAIL_STATIC, as a --once that held still exits
 
@@ -61,11 +62,24 @@ def test_a_lease_the_api_cannot_give_is_said_so_with_its_error_exit_3(kube: Fake
     assert not kube.calls("PUT", r"/leases/") and not kube.calls("POST", r"/leases$")   # no write tried
 
 
-def test_a_lease_another_replica_holds_is_still_a_standby_exit_0(kube: FakeKube, api, kubeconfig, capsys):
-    assert LeaseLeaderElector(api, "gputide-controller", "gputide", "replica-b").try_acquire_or_renew()
+def test_a_lease_another_replica_holds_is_still_a_standby_exit_0(kube: FakeKube, api, kubeconfig, capsys,
+                                                                 monkeypatch):
+    """The holder is alive: it renews while the --once run watches its Lease (test_k8s_once_lease_expired.py), and
+    the run leaves as a standby at that renewal (its pause between tries taking no real time)."""
+    holder = LeaseLeaderElector(api, "gputide-controller", "gputide", "replica-b")
+    assert holder.try_acquire_or_renew()
+    renewals, build = [], run_cmd.lease_elector
+
+    def make(*args):
+        elector = build(*args)
+        elector.pause = lambda _s: renewals.append(holder.try_acquire_or_renew())
+        return elector
+
+    monkeypatch.setattr(run_cmd, "lease_elector", make)
     assert run_once(kubeconfig) == 0
     out, err = capsys.readouterr()
     assert out.strip() == "cycle: standby not the leader", out
+    assert renewals == [True], "it watched the Lease until its holder renewed it"
     assert "Kubernetes API" not in err, err
     assert kube.get("leases", "gputide-controller", "gputide")["spec"]["holderIdentity"] == "replica-b"
 

@@ -90,11 +90,20 @@ def test_once_with_the_lease_free_binds_and_releases_it_at_exit(kube, kubeconfig
 
 
 def test_once_while_another_replica_holds_the_lease_binds_nothing(kube, api, clock, kubeconfig,
-                                                                  elector_on_test_clock, capsys):
+                                                                  elector_on_test_clock, capsys, monkeypatch):
+    """The holder is alive: it renews while the --once pass watches its Lease (test_k8s_once_lease_expired.py)."""
     a_cluster(kube)
     other = LeaseLeaderElector(api, "gputide-scheduler", "gputide", "replica-b", clock=clock)
     assert other.try_acquire_or_renew() is True
+    renewals = []
+
+    def pause(_self, seconds: float) -> None:   # the --once wait between tries: the holder renews meanwhile
+        clock.advance(seconds)
+        renewals.append(other.try_acquire_or_renew())
+
+    monkeypatch.setattr(SecondaryScheduler, "wait_for_work", pause)
     assert schedule_once(kubeconfig) == 0
+    assert renewals == [True], "it watched the Lease until its holder renewed it"
     assert "not the leader" in capsys.readouterr().out
     assert not kube.calls("POST", r"/(binding|eviction)$") and holder(kube) == "replica-b"
 
