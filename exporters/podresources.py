@@ -74,8 +74,9 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   lost it: that collection outran `--collect-timeout`, both scrapers' next scrapes got the last complete one (up
   1, the pods), one then got up 0 with the pods, and the other, scraping every `grace_s`, next got up 0 without
   them. Not for a scraper answered less often than every `grace_s`, nor for
-  `grace_s` 0 with several scrapers (the pods go in the first failed collection after a scrape carried up 0,
-  below): only a scraper that was answered with up 0 before it is sure to get it, another may go from up 1 with
+  `grace_s` 0 with several scrapers (the pods go in the failed collection after the one begun once a failed one
+  had completed, usually the third, once a scrape carried up 0; rendered without `CollectHealth`, the first after
+  a scrape carried it): only a scraper that was answered with up 0 before it is sure to get it, another may go from up 1 with
   the pods to up 0 without them in one scrape. A failed collection that no scrape
   was answered with published nothing: one that outran `--collect-timeout` (scrapes got the last complete one
   instead, `exporters.health`) or the one the exporter makes as it starts, for no scrape. So "a scrape was
