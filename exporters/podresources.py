@@ -76,8 +76,8 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   them. Not for a scraper answered less often than every `grace_s`, nor for
   `grace_s` 0 with several scrapers (the pods go in the failed collection after the one begun once a failed one
   had completed, usually the third, once a scrape carried up 0; rendered without `CollectHealth`, the first after
-  a scrape carried it): only a scraper that was answered with up 0 before it is sure to get it, another may go from up 1 with
-  the pods to up 0 without them in one scrape. A failed collection that no scrape
+  a scrape carried it): only a scraper that was answered with up 0 before it is sure to get it, another may go
+  from up 1 with the pods to up 0 without them in one scrape. A failed collection that no scrape
   was answered with published nothing: one that outran `--collect-timeout` (scrapes got the last complete one
   instead, `exporters.health`) or the one the exporter makes as it starts, for no scrape. So "a scrape was
   answered with it" is what counts (`CollectHealth.served_seq`, `exporters.health.current_collection`): until a
