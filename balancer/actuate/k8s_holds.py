@@ -44,6 +44,7 @@ from balancer.actuate.k8s_preempt import (
     Evictions,
     EvictionUnanswered,
     Preemptor,
+    awaited_of,
     closest_to_fitting,
     holds_of,
     kept_past_cap,
@@ -234,6 +235,7 @@ class Holds:
             return ""
         node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
         running = {u.key for u in bound.get(node, ())}
+        going = {u.key for u in bound.get(node, ()) if u.terminating}   # a pod made again under its name is not
         left = sorted(set(entry.get(LEFT, ())) & running)
         if not makes_room(view[i], req, self._leaving(view[i])):   # those evicted already are not spared
             return self._room_taken(req, i, view, offers, left)
@@ -243,7 +245,7 @@ class Holds:
                 return self._paused(req, i, view, left)
             return self._room_taken(req, i, view, offers, left, refusal)
         stuck = stuck_victims(self.preemptor, req, node, entry, running, refusal, self._lapsing)
-        done = self.preemptor.resume(req, node, entry, running, stuck)
+        done = self.preemptor.resume(req, node, entry, running, stuck, going)
         self._off(bound, node, done.done)
         if done.give_back and not self.preemptor.halted():   # a victim that does not answer: no hold for ever
             self.preempted += [(v, node) for v in done.evicted]   # found gone after an earlier unanswered eviction
@@ -540,10 +542,15 @@ class Holds:
         evict, or terminating), still bound there or evicted earlier in the pass (the pass's view of the node still
         counts them). Any hold's, not only the pod's own: a hold held against the pod counts the room its victims
         free, which is that hold's, not taken from the room the pod waits for (a pod as important that preempted
-        there, evicting some of the pod's own victims with its own)."""
+        there, evicting some of the pod's own victims with its own). One a hold only waits for (`AWAITED`, found
+        terminating already) only while the pod of its name there is terminating: one made again under its name (a
+        StatefulSet's web-0, back on its node), running, frees nothing, and counted as leaving it kept the pod
+        waiting there up to the hour. (A victim evicted for a hold is matched by name, as before: the pass's list
+        may not show it terminating yet.)"""
         named = {k for e in node["reservations"].values() for f in (LEFT, EVICTED) for k in e.get(f) or ()}
+        waited = {k for e in node["reservations"].values() for k in awaited_of(e)}
         return [u for u in (*self._bound_by_node().get(node["name"], ()), *self._evicted.get(node["name"], ()))
-                if u.key in named]
+                if u.key in named and (u.terminating or u.key not in waited)]
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a

@@ -24,9 +24,15 @@ start time and the budgets that cover them; budgets are read only when a preempt
 null selector covers no pod, as in policy/v1, while an empty one covers its whole namespace). Only pods of
 lower priority are ever victims, and as few and as unimportant as the node allows. A pod terminating already
 (`deletionTimestamp`: its owner deleting it, or an earlier eviction) is none, whatever its priority: its room is
-counted as coming, and a node where it suffices needs no victim; the pod waits there for it (`Preemption.awaiting`),
-held and nominated as for victims found terminating (the reservation names them, `EVICTED`), as kube-scheduler's
-PodEligibleToPreemptOthers does not preempt again while a pod terminates on the preemptor's nominated node.
+counted as coming (`room_coming`), and a node where it suffices needs no victim; the pod waits there for it
+(`Preemption.awaiting`), held and nominated as for victims found terminating (the reservation names them, `EVICTED`,
+and which of them it only waits for, `AWAITED`), as kube-scheduler's PodEligibleToPreemptOthers does not preempt
+again while a pod terminates on the preemptor's nominated node. Its room is coming only until its grace ends
+(`deletionTimestamp`, the deletion's time plus its grace) and `GRACE_SLACK_S` more: past that it is stuck (a
+finalizer no one removes, a kubelet that hangs), and the pod plans as though it stayed (a pod stuck for ever pinned
+a more important pod to its node for ever, which before preempted elsewhere); nor is the room of a pod made again
+on its node (a DaemonSet's, a static pod's mirror: `Usage.comes_back`) coming. A node labelled with the per-node
+emergency stop stays a candidate for the room of its terminating pods alone (none of its pods a victim there).
 
 Then: reserve the node's GPUs, CPU, memory, host ports and extended resources for the pod, the reservation naming
 every victim still to evict (`victims`) before the first is evicted; evict each victim (read first, for its grace
@@ -141,6 +147,10 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 HOLDER = "scheduler"   # a reservation's field naming the scheduler that holds the node for a pod of its own
 SINCE = "since"        # a preemption's hold field (beside LEFT, EVICTED): when it began; held no longer than max_hold_s
+# a preemption's hold field: those of `EVICTED` it only waits for (`Preemption.awaiting`: terminating already, never
+# evicted for it), said "waited for", not "evicted for it" (`k8s_stuck`). A hold without it (an older gputide's)
+# names them in `EVICTED` alone, read as victims
+AWAITED = "awaited"
 DEFAULT_GRACE_S = 30.0   # a pod's terminationGracePeriodSeconds when its spec sets none (the API server's default)
 GRACE_SLACK_S = 60.0     # after a victim's grace period: the kubelet's kill, the watch, the pass that binds
 MAX_HOLD_S = 3600.0      # the longest a preemption holds a node, however long its victims' grace periods
@@ -291,11 +301,31 @@ def noted(entry: Json, left: Sequence[str], terminating: Sequence[str], ends: Se
     # a hold already kept past the cap for stuck victims is not cut back: it lapses when it expires, or is renewed
     cap = max(expires, (parse_time(entry.get(SINCE)) or now) + max_hold_s)
     until = min(until, max(cap, now + reserve_s) if stuck and terminating else cap)
-    new = {k: v for k, v in entry.items() if k not in (LEFT, EVICTED)}
+    new = {k: v for k, v in entry.items() if k not in (LEFT, EVICTED, AWAITED)}
     new |= ({LEFT: list(left)} if left else {}) | ({EVICTED: sorted(terminating)} if terminating else {})
+    if waited := sorted(set(awaited_of(entry)) & set(terminating)):   # those of them it only waits for, still there
+        new[AWAITED] = waited
     if until != expires:
         new["expires"] = rfc3339(until)
     return entry if new == entry else new
+
+
+def awaited_of(entry: Json) -> list[str]:
+    """The pods a preemption's hold `entry` only waits for (`AWAITED`: terminating already, never evicted for it);
+    [] where it names none, or names them in a form that is no list of names (written by hand)."""
+    names = entry.get(AWAITED)
+    return list(names) if isinstance(names, list) and all(isinstance(k, str) for k in names) else []
+
+
+def room_coming(pod: Any, now: float) -> bool:
+    """Whether the room of `pod` (`k8s_reads.Usage`, bound) is coming: it is terminating, its grace not ended more
+    than `GRACE_SLACK_S` ago (`Usage.deleting`: its `deletionTimestamp`, the deletion's time plus its grace; one
+    without a readable time is counted), and it is not made again on its node (`Usage.comes_back`). Past its grace
+    it is stuck (a finalizer no one removes): counted as coming, it pinned a pending pod to its node for ever (held,
+    waiting, `Holds.stuck` past the hour), where the pod would preempt elsewhere; it is then neither victim nor
+    room, as a running pod of equal priority is."""
+    return bool(pod.terminating) and not getattr(pod, "comes_back", False) and (
+        not getattr(pod, "deleting", 0.0) or now < pod.deleting + GRACE_SLACK_S)
 
 
 def paused(entry: Json, hot_until: float | None, now: float, reserve_s: float, max_hold_s: float = MAX_HOLD_S) -> Json:
@@ -615,16 +645,23 @@ class Preemptor:
         (for that pod, by its uid: not for one made again under its name; nor is a victim made again under its name
         passed over, `_passed_until`).
         `EvictionsStopped` when the emergency stop holds the preemption it would make (the cluster-wide stop), or
-        only nodes labelled with the per-node stop could make room: either way no node is reserved for it."""
-        passed = self._passed_over(req)
+        only nodes labelled with the per-node stop could make room, and only by evicting (where their terminating
+        pods' room suffices, the pod waits there: no pod is evicted): either way no node is reserved for it."""
+        passed, now = self._passed_over(req), self.clock()
         # terminating already (`Usage.terminating`): never victims, their room coming whatever their priority, and
-        # whether or not they are passed over (`choose`: the pod waits for them, `Preemption.awaiting`)
-        going = {n["name"]: [u for u in bound.get(n["name"], ()) if u.terminating] for n in nodes}
+        # whether or not they are passed over (`choose`: the pod waits for them, `Preemption.awaiting`), until their
+        # grace has ended (`room_coming`: stuck past it, neither victim nor room)
+        going = {n["name"]: [u for u in bound.get(n["name"], ()) if room_coming(u, now)] for n in nodes}
         lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"] and not u.terminating
                              and _passed_until(passed, n["name"], u) is None] for n in nodes}
         nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req, going[n["name"]])]
-        held = sorted(n["name"] for n in nodes if stop_labelled(n))
-        nodes = [n for n in nodes if not stop_labelled(n)]
+        # a node under the per-node stop evicts none of its pods, yet its terminating pods' room comes all the same:
+        # a candidate for that alone (it only waits there). Left out, a pod whose room was coming there was told
+        # "preemption failed" and lost the node a starving pod holds
+        held = sorted(n["name"] for n in nodes
+                      if stop_labelled(n) and not _could_make_room(n, (), req, going[n["name"]]))
+        nodes = [n for n in nodes if n["name"] not in held]
+        lower |= {n["name"]: [] for n in nodes if stop_labelled(n)}
         if not nodes:
             if held:
                 raise EvictionsStopped(f"held on {', '.join(held)}: {'they carry' if len(held) > 1 else 'it carries'}"
@@ -655,8 +692,9 @@ class Preemptor:
         pod would never fit. A preemption's names its `victims`, all of them still to evict (`LEFT`), and
         when it began (`SINCE`), before any is evicted: whatever happens to this replica from then on, the cluster
         says what is left to do. The pods terminating already there that it waits for (`awaiting`,
-        `Preemption.awaiting`) are written as a victim found terminating is (`EVICTED`): the hold is renewed while
-        they are there (`resume`), its room counted as theirs (`k8s_holds._leaving`), capped as a preemption's
+        `Preemption.awaiting`) are written as a victim found terminating is (`EVICTED`), and named apart as only
+        waited for (`AWAITED`: said so, never "evicted for it", `k8s_stuck`): the hold is renewed while they are
+        there terminating (`resume`), its room counted as theirs (`k8s_holds._leaving`), capped as a preemption's
         (`SINCE`). Returns the reservation. None is written once `halted()` (stopping, or the Lease lost: the next
         leader places on these nodes)."""
         key = req["name"]
@@ -670,7 +708,7 @@ class Preemptor:
         if victims:
             entry |= {LEFT: list(victims)}
         if awaiting:
-            entry |= {EVICTED: sorted(awaiting)}
+            entry |= {EVICTED: sorted(awaiting), AWAITED: sorted(awaiting)}
         if victims or awaiting:
             entry |= {SINCE: rfc3339(now)}
         self.api.update_node(node, lambda n: annotation_map_change(n, self.reservation_annotation, {key: entry}))
@@ -761,12 +799,16 @@ class Preemptor:
                         f"nominate {node}" if node else "clear the nominated node", key, err)
 
     def resume(self, req: Json, node: str, entry: Json, running: Collection[str],
-               stuck: Collection[str] | None = None) -> Evictions:
+               stuck: Collection[str] | None = None, going: Collection[str] | None = None) -> Evictions:
         """Carry on the preemption of `req`'s reservation `entry` on `node`: evict the victims left (`LEFT`) that
         are still among `running` (the pods bound there; the others are gone), and write down what is left again
         (`noted`: the victims left, those still terminating, the hold renewed while they do, cut short once they
         are all gone). `stuck`: where the hold reached its cap, the victims found still terminating there
-        (`k8s_stuck`; None: not asked), the only ones it is then renewed for. The node stays held until the pod is
+        (`k8s_stuck`; None: not asked), the only ones it is then renewed for. `going`: of `running`, those being
+        deleted (None: all of them): the hold is renewed for a pod it only waits for (`AWAITED`) while that pod is
+        terminating; a pod made again under its name there (a StatefulSet's web-0), running, frees nothing and was
+        counted as leaving, the hold renewed for it up to the hour. (A victim evicted is matched by name, as before:
+        the pass's list may not show it terminating yet.) The node stays held until the pod is
         bound, no longer waits, or the reservation expires (then the pod plans afresh). A victim left whose eviction
         this replica asked and got no answer to (`Doubt.uid`) and that is no longer among `running` was evicted by it
         (`Evictions.went`) where a read finds it gone or terminating (`_went`), not where it finished on its own or
@@ -788,8 +830,9 @@ class Preemptor:
         for k in left:
             if k not in running:
                 self._judge(req["name"], node, k, done)
+        waited = set(awaited_of(entry)) if going is not None else set()
         terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.leaving
-                       and (stuck is None or k in stuck)]
+                       and (k not in waited or k in (going or ())) and (stuck is None or k in stuck)]
         if isinstance(done.error, EvictionUnanswered) and not (terminating or done.leaving or done.unread):
             done.entry, done.give_back = entry, True
             victim = done.left[0]   # passed over by the uid its unanswered asks were counted for (`_asks`)

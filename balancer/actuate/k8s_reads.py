@@ -173,6 +173,12 @@ class Usage(NamedTuple):
     host_ports: frozenset[HostPort] = frozenset()   # the host ports it takes on its node (NodePorts)
     uid: str = ""                         # which pod of its name it is ("" for one read without)
     terminating: bool = False             # being deleted (`deletionTimestamp`): still bound while its grace runs
+    # when its grace ends: its `deletionTimestamp`, which the API server sets to the deletion's time plus the grace
+    # period (`deletionGracePeriodSeconds`), so it carries both; 0.0 where it is not being deleted (or the time is
+    # unreadable). Past it (and a slack), it is stuck (a finalizer, a kubelet that hangs), its room not coming
+    deleting: float = 0.0
+    # made again on its node once deleted (a DaemonSet's pod, a static pod's mirror): its room is not coming
+    comes_back: bool = False
 
 
 def pod_usage(pod: Json) -> Usage:
@@ -191,7 +197,19 @@ def pod_usage(pod: Json) -> Usage:
                  parse_time(status.get("startTime") or meta.get("creationTimestamp")) or 0.0,
                  tuple(sorted((meta.get("labels") or {}).items())),
                  PodAffinity.from_spec(meta.get("namespace", "default"), pod["spec"]).anti, host_ports(pod),
-                 str(meta.get("uid") or ""), bool(meta.get("deletionTimestamp")))
+                 str(meta.get("uid") or ""), bool(meta.get("deletionTimestamp")),
+                 parse_time(meta.get("deletionTimestamp")) or 0.0, comes_back(meta))
+
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"   # the kubelet's mirror of a static pod (its file, not the API)
+
+
+def comes_back(meta: Json) -> bool:
+    """Whether a pod (`meta`: its metadata) is made again on its node once deleted, so that its deletion frees no
+    room there: a DaemonSet's (one pod per node), or a static pod's mirror (owned by its Node; deleting the mirror
+    stops nothing, the kubelet runs the static pod from its file). Its controller's kind, read from the pod itself."""
+    kind = (controller_ref(meta) or {}).get("kind")
+    return kind in ("DaemonSet", "Node") or MIRROR_ANNOTATION in (meta.get("annotations") or {})
 
 
 def sum_usage(usage) -> tuple[dict[str, list[int]], dict[str, dict[str, float]]]:

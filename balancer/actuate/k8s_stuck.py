@@ -9,8 +9,12 @@ has a pod of lower priority terminating does not preempt again), the hold is now
 at a time, for as long as:
 
 * a victim it names is still there: read from the API server at each renewal past the hour, still on that node and
-  terminating (`deletionTimestamp`, not Succeeded or Failed). One gone, or a new pod by its name that is not
-  terminating (a StatefulSet's), holds nothing: once none is left the hold lapses;
+  terminating (`deletionTimestamp`, not Succeeded or Failed), past its grace (that `deletionTimestamp`, the
+  deletion's time plus its grace period, and `GRACE_SLACK_S` more). One gone, or a new pod by its name that is not
+  terminating (a StatefulSet's), holds nothing: once none is left the hold lapses. Nor is one within its grace
+  stuck (its owner deleted it with a grace of 2 h): it was said stuck at the hour, with an Event and the alert, while
+  it was doing what it was told; the hold lapses at the hour and the pod plans afresh (it waits for the pod again,
+  its room still coming: `k8s_preempt.room_coming`);
 * the node still admits the pod by its rules (cordon, taints, selectors, affinity, GPU model): a node whose kubelet
   stopped answering is tainted `node.kubernetes.io/unreachable`, the pod could never be bound there, so the hold
   lapses at the hour and the pod may preempt elsewhere (kube-scheduler: its nominated node is unresolvable);
@@ -19,7 +23,9 @@ at a time, for as long as:
 
 Said: a warning in the log at each renewal past the hour naming the victims, the node and the pod; a Warning Event
 `PreemptionStuck` on the pending pod when its hold first passes the hour; its FailedScheduling message; and
-`Holds.stuck`, the holds so kept in the last pass (`SecondaryScheduler.stuck_holds`).
+`Holds.stuck`, the holds so kept in the last pass (`SecondaryScheduler.stuck_holds`). A pod the hold only waits for
+(`k8s_preempt.AWAITED`: terminating already, its owner's deletion, never evicted for the pod) is the same, said
+"waited for" rather than "evicted for it" (a hold without that field, an older gputide's, says every one evicted).
 """
 
 from __future__ import annotations
@@ -29,7 +35,15 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from balancer.actuate.k8s_actuator import post_event
-from balancer.actuate.k8s_preempt import EVICTED, MAX_HOLD_S, SINCE, Preemptor, capped
+from balancer.actuate.k8s_preempt import (
+    EVICTED,
+    GRACE_SLACK_S,
+    MAX_HOLD_S,
+    SINCE,
+    Preemptor,
+    awaited_of,
+    capped,
+)
 from balancer.actuate.kubernetes import NotFoundError, parse_time, rfc3339
 from balancer.errors import ActuationError
 
@@ -41,7 +55,8 @@ STUCK_REASON = "PreemptionStuck"   # the Warning Event on the pending pod when i
 def stuck_victims(preemptor: Preemptor, req: Json, node: str, entry: Json, running: Collection[str],
                   refusal: str | None, said: dict[tuple[str, str, str], float]) -> list[str] | None:
     """Where `req`'s preemption hold `entry` on `node` reaches its cap with victims still among `running` (the pods
-    bound there, as the pass read them): the victims still there and terminating, each read (module docstring).
+    bound there, as the pass read them): the victims still there, terminating past their grace, each read (module
+    docstring).
     None while the cap is not reached, or where `refusal` says why the node no longer admits the pod (None: it
     does): nothing is asked, and `noted` renews the hold as before, up to its cap (logged once per hold: `said`,
     (pod, node, since) -> when, kept by the caller, forgotten after `reserve_s`, by when such a hold has lapsed)."""
@@ -55,16 +70,27 @@ def stuck_victims(preemptor: Preemptor, req: Json, node: str, entry: Json, runni
             del said[k]
         if said.setdefault((req["name"], node, str(entry.get(SINCE))), now) == now:
             until = max(parse_time(entry.get("expires")) or now, (parse_time(entry.get(SINCE)) or now) + MAX_HOLD_S)
-            log.warning("%s: %s, evicted for it %s, still terminating on %s, which no longer admits it (%s): its "
-                        "hold is not kept past %s, and it may preempt elsewhere then", who, ", ".join(terminating),
-                        ago, node, refusal, rfc3339(until))
+            log.warning("%s: %s, still terminating on %s, which no longer admits it (%s): its hold is not kept past "
+                        "%s, and it may preempt elsewhere then", who, _whose(entry, terminating, "it", ago), node,
+                        refusal, rfc3339(until))
         return None
     stuck = [v for v in terminating if _still_there(preemptor, v, node)]
     if stuck:
-        log.warning("%s: %s, evicted for it %s, still terminating on %s (a finalizer, or a kubelet that hangs?): "
+        log.warning("%s: %s, still terminating on %s past their grace (a finalizer, or a kubelet that hangs?): "
                     "%s stays held for it past the %.0f min a hold lasts, while they are there", who,
-                    ", ".join(stuck), ago, node, node, MAX_HOLD_S / 60)
+                    _whose(entry, stuck, "it", ago), node, node, MAX_HOLD_S / 60)
     return stuck
+
+
+def _whose(entry: Json, victims: Sequence[str], whom: str, ago: str) -> str:
+    """`victims` of the hold `entry` as words: those evicted for `whom` (`ago`: when the preemption began), and
+    those it only waits for (`AWAITED`: terminating already, its owner's deletion), said so. Every one was said
+    "evicted for it", though no eviction was made for it."""
+    waited = set(awaited_of(entry))
+    evicted, only = [v for v in victims if v not in waited], [v for v in victims if v in waited]
+    return "; ".join(s for s in (
+        evicted and f"{', '.join(evicted)}, evicted for {whom} {ago}",
+        only and f"{', '.join(only)}, terminating already (not evicted for {whom}), waited for from {ago}") if s)
 
 
 def _ago(entry: Json, now: float) -> str:
@@ -74,8 +100,10 @@ def _ago(entry: Json, now: float) -> str:
 
 
 def _still_there(preemptor: Preemptor, victim: str, node: str) -> bool:
-    """Whether `victim` is still on `node` and terminating, as the API server says now; one that cannot be read
-    counts as there (logged: the next renewal reads it again)."""
+    """Whether `victim` is still on `node` and terminating past its grace (its `deletionTimestamp`, the deletion's
+    time plus its grace period, and `GRACE_SLACK_S` more; one without a readable time is past it), as the API server
+    says now; one that cannot be read counts as there (logged: the next renewal reads it again). One within its
+    grace is not stuck: its owner's deletion with a 2 h grace was said stuck at 57 min."""
     ns, name = victim.split("/", 1)
     try:
         pod = preemptor.api(f"pod {victim}", preemptor.api.core.read_namespaced_pod, name, ns,
@@ -86,9 +114,12 @@ def _still_there(preemptor: Preemptor, victim: str, node: str) -> bool:
         log.warning("scheduler %s: cannot read %s, counted as still terminating on %s: %s",
                     preemptor.scheduler_name, victim, node, err)
         return True
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) and spec.get("nodeName") == node and (
-        status.get("phase") not in ("Succeeded", "Failed"))
+    spec, status, meta = pod.get("spec") or {}, pod.get("status") or {}, pod.get("metadata") or {}
+    if not meta.get("deletionTimestamp") or spec.get("nodeName") != node or status.get("phase") in ("Succeeded",
+                                                                                                  "Failed"):
+        return False
+    ends = parse_time(meta.get("deletionTimestamp"))
+    return ends is None or preemptor.clock() >= ends + GRACE_SLACK_S
 
 
 def stuck_said(node: str, victims: Sequence[str]) -> str:
@@ -101,8 +132,8 @@ def tell_stuck(preemptor: Preemptor, req: Json, node: str, victims: Sequence[str
     """The Warning Event `PreemptionStuck` on `req` as its hold `entry` on `node` first passes the hour (best
     effort)."""
     pod = {"apiVersion": "v1", "kind": "Pod", "name": req["pod"], "namespace": req["namespace"], "uid": req["uid"]}
-    message = (f"{', '.join(victims)}, evicted for this pod {_ago(entry, preemptor.clock())}, still terminating "
-               f"on {node} (a finalizer, or a kubelet that hangs?): {node} stays held for this pod past the "
+    message = (f"{_whose(entry, victims, 'this pod', _ago(entry, preemptor.clock()))}, still terminating on {node} "
+               f"past their grace (a finalizer, or a kubelet that hangs?): {node} stays held for this pod past the "
                f"{MAX_HOLD_S / 60:.0f} min a hold lasts, while they are there, and no one else is preempted for it")
     try:
         post_event(preemptor.api, pod, "Warning", STUCK_REASON, message, preemptor.scheduler_name, preemptor.clock())

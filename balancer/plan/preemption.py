@@ -24,7 +24,9 @@ it was the wrong way round: being more important than a running pod of lower pri
 evicted in its place; its node weighed its priority, so a node with a less important victim was preempted on though
 its room was coming anyway; and, chosen, the eviction code found it terminating and only waited for it. Between nodes
 otherwise equal, the one waiting for fewer terminating pods comes first (one that waits for none: the pod fits there
-by what preemption weighs).
+by what preemption weighs). Only a pod whose room is coming is to be passed as terminating: the caller leaves out one
+stuck past its grace (a finalizer no one removes) or made again on its node (a DaemonSet's), whose room never comes
+(`balancer.actuate.k8s_preempt.room_coming`): passed, it pinned the pod to its node for ever.
 
 Resources are plain `{name: amount}` maps (`gpus`, `cpu_milli`, `memory_mib`, `pods`, any extended resource): a
 pod fits when every amount it requests is free. A PodDisruptionBudget is a name and the disruptions it still
