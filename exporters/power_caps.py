@@ -53,7 +53,7 @@ What `PowerCapAgent.sync()` does, each interval:
 * An unreadable or malformed source changes nothing, nor does a target that can read no limit (`TargetUnavailable`);
   a refusal (no root or CAP_SYS_ADMIN, a lost GPU) does not stop the other GPUs. Either way `failed` says why (the
   agent's CLI counts a failed sync, which ``GputidePowerCapAgentFailing`` watches) and what was not applied is tried
-  again at the next sync.
+  again at the next sync; a Set the driver refuses for good, less and less often ("Refused for good" below).
 * **A Set that has not returned is pending, never done nor forgotten.** The NVML target calls each GPU with a
   deadline (a GPU in recovery): a Set past it may still land when NVML returns (`PowerCapError.pending`). It is
   kept, with the watts asked (in the limits before too, so a restarted agent knows it), and the GPU is left alone
@@ -75,6 +75,18 @@ logged at WARNING once per GPU and expiry, and listed in `expired` for that sync
 uninstalled without cleaning up, or whose leader is stuck thus leaves no cap in force for longer than its expiry. A
 cap given without an expiry (a plain number: an older controller, a hand edit, the exporter's caps file) never
 expires. A renewed cap (a later ``until``) is applied again if it had expired.
+
+Refused for good. A Set the driver refuses with NVML's NoPermission (the agent without root or CAP_SYS_ADMIN, or the
+board, its hypervisor or the driver forbidding it) or NotSupported (`REFUSED_FOR_GOOD`) is asked again at the next
+sync, then after twice as many syncs at each refusal (syncs 1, 2, 4, 8, ... after the first), at most
+`REFUSAL_BACKOFF_MAX_S` (10 minutes) apart: asked every sync it cost an NVML call, a log line and, for a first cap,
+two state-file writes (the refusal cleared before the Set, written back after it) every 10 s for good. While it
+waits it is not asked, nothing of it is written or logged (logged once when it starts waiting, once when a Set
+lands), and every sync fails saying so, in the same words (the GPU is still not capped). Both writes still frame each
+Set asked, and a write that failed is still written at the next sync, waiting or not. A GPU asked for anything else
+(its cap changed, given back, its entry deleted) is asked at once, and so is every GPU by a new agent (the wait is
+kept in memory only): CAP_SYS_ADMIN granted restarts the agent's pod. Any other refusal (a lost GPU, a Set past its
+deadline, a limit moved) is asked again at every sync, and ends a wait.
 
 Besides the source and the limits before, the agent remembers only what it applied since it started: a restarted
 agent applies every cap again (a limit set by hand on a GPU the source names is overwritten then). A cap whose key
@@ -104,6 +116,19 @@ TOLERANCE_W = 1.0
 # nodes within a second or so; this leaves room for a node whose time sync is broken). A live controller renews its
 # caps half their TTL ahead of the expiry, so skew up to that much more never drops a cap it still renews.
 EXPIRY_MARGIN_S = 60.0
+# Refusals that last until something outside the agent changes, as the NVML target words them ("<pynvml's error
+# class>: <message>", `exporters.backends.nvml_power`): NoPermission (the agent lacks root or CAP_SYS_ADMIN, or the
+# board, its hypervisor or the driver forbids the Set) and NotSupported (NVML documents it for
+# nvmlDeviceSetPowerManagementLimit as "the device does not support this feature": the board's, not the moment's;
+# `RememberedNotSupported` is the same answer for its default limit or range, kept by the target). A GPU whose Set
+# is refused so is asked again less and less often (`Backoff`), not every sync for good.
+REFUSED_FOR_GOOD = ("NVMLError_NoPermission", "NVMLError_NotSupported", "RememberedNotSupported")
+# the longest a GPU refused for good waits before it is asked again. 10 minutes: what the NVML target remembers a
+# NotSupported for anyway (`nvml_power.NOT_SUPPORTED_TTL_S`, a GPU in recovery may answer it for a while), well
+# inside the controller's caps' TTL (15 minutes) so a cap the driver allows at last still lands before it would
+# expire, while a GPU refused for days costs a Set and two state-file writes every 10 minutes, not every sync (10 s).
+# CAP_SYS_ADMIN granted restarts the agent's pod, and a new agent asks at once.
+REFUSAL_BACKOFF_MAX_S = 600.0
 
 
 class PowerLimit(NamedTuple):
@@ -149,6 +174,19 @@ class Pending(NamedTuple):
 
 
 AFTER = Restore(math.nan)   # a Pending kept by an earlier agent (the limits before say so): what it was for unknown
+
+
+class Backoff(NamedTuple):
+    """A GPU whose Set the driver refused for good (`REFUSED_FOR_GOOD`): what was asked (the source's entry, None
+    for a cap deleted; the watts), why it was refused, when it was last asked (the agent's sync count, its clock) and
+    how many syncs it waits from then: 1, doubled at each refusal until the wait reaches `REFUSAL_BACKOFF_MAX_S`."""
+
+    want: Entry | None
+    watts: float
+    why: str
+    sync: int
+    at: float
+    gap: int
 
 
 class TargetUnavailable(Exception):
@@ -245,11 +283,14 @@ class PowerCapAgent:
             uuid: Pending(AFTER, held.pending_w) for uuid, held in self.before.items()
             if not math.isnan(held.pending_w)}
         self.lost: set[str] = set()     # this sync: GPUs found above gputide's cap (raised by hand, reset), re-capped
+        self._syncs = 0   # syncs begun: what a `Backoff` waits in
+        self._backoff: dict[str, Backoff] = {}   # GPUs whose Set the driver refused for good, asked again less often
 
     def sync(self) -> dict[str, float]:
         """Apply what the source asks for now; returns what the target set (UUID -> watts)."""
         self.expired = set()
         self._unsaved = None
+        self._syncs += 1
         # what an earlier sync could not write, first, whatever else fails: a refusal `_apply` could not write left
         # the file saying "not refused" (`_unrefuse`), so an agent restarted before it is written took an operator's
         # limit at the cap's watts for gputide's cap (was: not written while the source was unreadable)
@@ -268,15 +309,15 @@ class PowerCapAgent:
             return {}
         settled = self._settle(limits)
         self._changed_by_hand(wanted, limits)
-        requests = self._held_down(self._requests(wanted, limits), limits)
+        requests = self._backed_off(self._held_down(self._requests(wanted, limits), limits), wanted, limits)
         self.failed = "; ".join(self._waiting()) or None   # tried again next sync, counted failed meanwhile
         requests = self._unrefuse(requests)
         applied = self._apply(requests, wanted) if requests else {}
         for uuid, watts in applied.items():
             self._done(uuid, wanted.get(uuid), watts)
         self._unasked(requests, applied)
-        if self._unsaved:
-            self.failed = "; ".join(filter(None, (self.failed, self._unsaved)))
+        self._backed_off_done(requests, applied)
+        self.failed = "; ".join(filter(None, (self.failed, self._refusing(), self._unsaved))) or None
         return {**settled, **applied}
 
     def _waiting(self) -> list[str]:
@@ -289,6 +330,61 @@ class PowerCapAgent:
             why.append(f"the power-limit Set of {', '.join(sorted(self._pending))} has not returned: pending, judged "
                        "from what it returns once it does")
         return why
+
+    def _backed_off(self, requests: dict[str, float], wanted: Mapping[str, Entry],
+                    limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
+        """`requests` less the GPUs waiting out a refusal for good (`Backoff`): neither asked, nor written (no
+        `_unrefuse` clear, no refusal written back), nor logged this sync; still failed (`_refusing`). Asked again
+        once the syncs it waits have begun, or `REFUSAL_BACKOFF_MAX_S` has passed since it was last asked. One asked
+        for anything else (its cap changed, given back, its entry deleted) or no longer on the node waits no more:
+        asked at once, as in a new agent (the backoff is kept in memory only)."""
+        out = {}
+        for uuid, watts in requests.items():
+            wait = self._backoff.get(uuid)
+            if wait is not None and (wait.want, wait.watts) != (wanted.get(uuid), watts):
+                del self._backoff[uuid]
+            elif wait is not None and self._syncs - wait.sync < wait.gap \
+                    and self.clock() - wait.at < REFUSAL_BACKOFF_MAX_S:
+                continue
+            out[uuid] = watts
+        for uuid in self._backoff.keys() - requests.keys():   # not asked this sync (unread, pending, given back)
+            if self._backoff[uuid].want != wanted.get(uuid) or (limits is not None and uuid not in limits):
+                del self._backoff[uuid]
+        return out
+
+    def _back_off(self, uuid: str, want: Entry | None, watts: float, why: str) -> None:
+        """`uuid`'s Set of `watts` for `want` refused for good: asked again after the next sync begins if it was not
+        waiting (logged, once), else after twice the syncs it waited (as many once it has waited the longest)."""
+        now, was = self.clock(), self._backoff.get(uuid)
+        if was is None:
+            log.error("the driver refuses the power-limit Set of %s (%s): not set; asked again at the next sync, then "
+                      "after twice as many syncs at each refusal, at most %.0f s apart (logged again when it lands; "
+                      "the sync fails meanwhile)", uuid, why, REFUSAL_BACKOFF_MAX_S)
+            gap = 1
+        else:
+            gap = was.gap if now - was.at >= REFUSAL_BACKOFF_MAX_S else was.gap * 2
+        self._backoff[uuid] = Backoff(want, watts, why, self._syncs, now, gap)
+
+    def _backed_off_done(self, requests: Mapping[str, float], applied: Mapping[str, float]) -> None:
+        """GPUs that waited out a refusal for good, asked this sync and not refused so again: they wait no more. One
+        whose Set landed says so (once); one refused otherwise (a lost GPU, pending) is asked as any refused Set is."""
+        for uuid in requests.keys() & self._backoff.keys():
+            wait = self._backoff[uuid]
+            if wait.sync == self._syncs:   # refused for good again this sync
+                continue
+            del self._backoff[uuid]
+            if uuid in applied:
+                log.info("the power-limit Set of %s landed (%.0f W), the driver refusing it no more (was: %s)",
+                         uuid, applied[uuid], wait.why)
+
+    def _refusing(self) -> str | None:
+        """Why the sync fails while some GPU's Set is refused for good, waiting or asked again: the same words at
+        every sync while the same GPUs are refused for the same reasons (the CLI logs a failure once per reason)."""
+        if not self._backoff:
+            return None
+        gpus = ", ".join(f"{uuid} ({wait.why})" for uuid, wait in sorted(self._backoff.items()))
+        return (f"the driver refuses the power-limit Set of {gpus}: not set, asked again less and less often, at "
+                f"most every {REFUSAL_BACKOFF_MAX_S:.0f} s")
 
     def _unrefuse(self, requests: dict[str, float]) -> dict[str, float]:
         """`requests`, each first cap in them (no limit gputide set yet) written as pending at the watts asked, and
@@ -404,8 +500,13 @@ class PowerCapAgent:
         try:
             return dict(self.target.apply_power_caps(requests))
         except PowerCapError as err:
-            self.failed = "; ".join(filter(None, (self.failed, f"the driver refused: {err}")))
-            log.error("power caps not applied: %s", err)
+            for_good = {uuid for uuid, why in err.refused.items() if uuid in requests and uuid not in err.pending
+                        and why.startswith(REFUSED_FOR_GOOD)}
+            for uuid in for_good:   # logged once, not here; failed at each sync (`_refusing`)
+                self._back_off(uuid, wanted.get(uuid), requests[uuid], err.refused[uuid])
+            if others := "; ".join(f"{uuid}: {why}" for uuid, why in err.refused.items() if uuid not in for_good):
+                self.failed = "; ".join(filter(None, (self.failed, f"the driver refused: {others}")))
+                log.error("power caps not applied: %s", others)
             kept = {}   # written in one write, however many GPUs
             for uuid in err.refused.keys() - err.pending:   # a first cap, refused: none of its Sets landed
                 if (held := self.before.get(uuid)) is not None and math.isnan(held.set_w):

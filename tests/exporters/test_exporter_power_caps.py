@@ -214,6 +214,8 @@ def test_a_gpu_the_driver_refuses_is_a_failure_and_tried_again(caps_file, backen
     assert agent.failed and "GPU-0" in agent.failed
     assert agent.sync() == {} and agent.failed   # GPU-0 asked again, refused again
     del gpus[0].fail["nvmlDeviceSetPowerManagementLimit"]
+    # refused for good (NoPermission) twice: asked again two syncs later, not at each (a failure meanwhile)
+    assert agent.sync() == {} and agent.failed and "GPU-0" in agent.failed
     assert agent.sync() == {"GPU-0": 450.0} and agent.failed is None
 
 
