@@ -73,7 +73,8 @@ def check_points(range_s: int, step: int, step_text: str, range_text: str) -> No
     --range 22001s --step 2s (11000.5) is answered: the least step is the least with range_s // step <= MAX_POINTS."""
     if range_s // step > MAX_POINTS:
         raise InputError(None, "--step", step_text, f"at least {range_s // (MAX_POINTS + 1) + 1}s for --range "
-                         f"{range_text} (Prometheus returns at most {MAX_POINTS} points a series)")
+                         f"{range_text} (Prometheus answers at most {MAX_POINTS:,} steps, {MAX_POINTS + 1:,} points "
+                         "a series)")
 
 
 def _api_error(body: bytes) -> str:

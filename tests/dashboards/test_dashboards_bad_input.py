@@ -70,6 +70,10 @@ def test_a_json_object_that_is_not_a_dashboard_is_refused_naming_file_field_valu
     pytest.param({"title": "t", "panels": [{"id": 3, "gridPos": GRID, "libraryPanel": "gpu-temp"}]},
                  "panels[0].libraryPanel", "'gpu-temp'", "an object",
                  id="a library panel whose reference is not an object"),
+    pytest.param({"title": "t", "panels": [STAT | {"type": "table", "fieldConfig": {"defaults": {"mappings": [
+        {"type": "value", "options": {"0": "none"}}]}}}]},
+                 "panels[0].fieldConfig.defaults.mappings[0].options.0", "'none'", "an object or null",
+                 id="a value mapping whose result is not an object"),
 ])
 def test_a_dashboard_without_what_the_renderer_reads_exits_2(tmp_path, capsys, dashboard, field, value, allowed):
     line = _one_error(capsys, _render(tmp_path, dashboard))
@@ -87,10 +91,10 @@ def test_an_unknown_uid_among_dashboards_whose_uid_is_not_a_string_exits_2(tmp_p
     pytest.param(["--range", "99999999w"], "--range", "a positive duration such as 30m, 6h, 7d, at most 366d",
                  id="a range of two million years"),
     pytest.param(["--range", "7d", "--step", "1s"], "--step",
-                 "at least 55s for --range 7d (Prometheus returns at most 11000 points a series)",
+                 "at least 55s for --range 7d (Prometheus answers at most 11,000 steps, 11,001 points a series)",
                  id="more steps than Prometheus answers"),
     pytest.param(["--range", "22001s", "--step", "1s"], "--step",
-                 "at least 2s for --range 22001s (Prometheus returns at most 11000 points a series)",
+                 "at least 2s for --range 22001s (Prometheus answers at most 11,000 steps, 11,001 points a series)",
                  id="the least step Prometheus answers, its division truncating (not 3s)"),
 ])
 def test_a_range_prometheus_cannot_answer_exits_2_not_1(tmp_path, capsys, flags, field, allowed):
