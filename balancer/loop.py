@@ -126,11 +126,12 @@ def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]
     (`full_nodes`), one move per node: the planner does not count migrations in flight, and kept off its target alone
     the pod was proposed the next-best full node each cycle, one refused per cycle, its hot GPU throttled only once all
     had been. Those nodes free when the replacements land, which the planner does not see either: the loop asks the
-    guard each cycle (`planner.still_full`), and kept off for `refusedTargetRetryS` the pod was throttled or sent to a
-    worse node for ten minutes when one landed a minute later. The target itself is marked too: full only with
-    migrations settling, it frees within `migrationSettleS`, and once the guard no longer counts it full the pod may
-    go there again. Left unmarked, it was taken for the actuator's refusal (`planner.refuse`): kept off for
-    `refusedTargetRetryS`, and still so when a later refusal named it full (`full_nodes`), its ten minutes restarted."""
+    guard each cycle (`planner.still_full`; at its end too when something accepted did not go out: `_unfilled`), and
+    kept off for `refusedTargetRetryS` the pod was throttled or sent to a worse node for ten minutes when one landed a
+    minute later. The target itself is marked too: full only with migrations settling, it frees within
+    `migrationSettleS`, and once the guard no longer counts it full the pod may go there again. Left unmarked, it was
+    taken for the actuator's refusal (`planner.refuse`): kept off for `refusedTargetRetryS`, and still so when a later
+    refusal named it full (`full_nodes`), its ten minutes restarted."""
     whole: list[Action] = []
     nodes: list[Action] = []
     for a, exc in rejected:
@@ -267,8 +268,24 @@ class Reconciler:
     def _cycle(self) -> CycleReport:
         now = self.clock()
         self._reload_policy()
-        if not self._lead(now):
+        if not self._lead(now):   # a standby's eviction-budget gauge stays as it was (`_show_budget`)
             return CycleReport("standby", "not the leader")
+        try:
+            return self._led_cycle(now)
+        finally:
+            self._show_budget(now)
+
+    def _show_budget(self, now: float) -> None:
+        """gputide_eviction_budget_remaining, at the end of every cycle that began as leader, however it ends: a hold
+        (fail-static, on the first read or the fresh one before acting; an emergency stop), the Lease lost while
+        reading, an action that raised, or a cycle that got through. Evictions leave their window while the loop
+        holds, and an actuator that raised spent its (`_settle`); set only once a cycle got through, the gauge read an
+        earlier cycle's number meanwhile: exhausted through a long hold after the window had rolled over. Not on a
+        cycle that began as a standby: its gauge stays (`ControllerMetrics.standby`; alerts skip a standby's)."""
+        self.metrics.eviction_budget.set(self.handover.remaining_evictions(self._guard(), self.ledger, now))
+
+    def _led_cycle(self, now: float) -> CycleReport:
+        """A cycle of this replica as leader at its start (`_cycle`)."""
         self._cycle_office = self._offices
         if self.handover.unsaved:   # a hand-over that failed: tried again every cycle, not only after an action
             self.handover.hand_on(self.ledger)
@@ -289,6 +306,8 @@ class Reconciler:
         self._log_demand_unknown(snap, getattr(self.state, "demand_held", {}))
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
+        accepted: list[Action] = []   # what the review accepted, and its refusals of moves to full nodes (`_unfilled`)
+        kept_off: list[Action] = []
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
             self._log_notes(unread + plan.notes)
             self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
@@ -315,13 +334,13 @@ class Reconciler:
                     self._settle(done, fresh, now)
         finally:
             self._unsent(before, plan.actions, done, refused)
+            self._unfilled(snap, accepted, kept_off, done, now)
             # this cycle's refusals and releases (`still_full`), whatever ended it: set only once the cycle got
             # through, the gauge missed those of a cycle held on a stale fresh snapshot (it returns above). Not on a
             # replica demoted meanwhile (`_lead`: `ControllerMetrics.standby` zeroed it): set again, a standby
             # reported them until it led again
             if self._leading:
                 self.metrics.set_exclusions(planner_mod.exclusions(self.state, self.policy, now))
-        self.metrics.eviction_budget.set(self.handover.remaining_evictions(self._guard(), self.ledger, now))
         return CycleReport("ok", plan=plan, results=[r for r, _ in done], rejected=rejected)
 
     def _observe(self, now: float, when: str) -> ClusterSnapshot | CycleReport:
@@ -399,6 +418,22 @@ class Reconciler:
         went += refused
         self.state = capacity_loop.unsent(self.state, before, [a for a in scales if a not in went],
                                           [a for a in scales if a in went])
+
+    def _unfilled(self, snap: ClusterSnapshot, accepted: list[Action], kept_off: list[Action],
+                  done: list[tuple[ActionResult, float]], now: float) -> None:
+        """This cycle's refusals of moves to full nodes (`kept_off`, `_guard_refusals`) let go where the guard no longer
+        counts the node full once what went out is counted (`planner.still_full` on the ledger `_settle` left), when
+        some accepted action did not go out (the fresh snapshot stale, or dropped on it, the cycle stopped, the
+        actuator failed having changed nothing): a node full only through a move the same review accepted ahead is
+        not, that move not carried out. Kept, the pod was kept off a node with room until the next cycle that plans,
+        through every hold meanwhile, and counted in gputide_migration_exclusions. Not after the cycle lost the lead
+        (`_unsent`)."""
+        if not kept_off or self._offices != self._cycle_office:
+            return
+        went = [r.action for r, _ in done if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN) or r.maybe_applied]
+        if all(a in went for a in accepted):
+            return
+        self.state = planner_mod.still_full(self.state, lambda: self._guard().full_nodes(snap, self.ledger, now))
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies

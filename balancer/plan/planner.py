@@ -50,10 +50,12 @@ nodes, the target too, is kept off only while the guard still counts it full (`f
 `SafetyGuard.full_nodes` before planning, `still_full`), `refusedTargetRetryS` at most: the pod may go there again
 from the first cycle the guard no longer counts it full, a target full only with migrations settling (or one the same
 review accepted) once they settle, within `migrationSettleS`, a node a landing replacement held once that replacement
-runs (or `cooldownS` after its move). A pair the actuator refused keeps its whole `refusedTargetRetryS` whatever the
-guard counts (its cause is one the guard does not count), and a guard refusal naming that node full meanwhile
-restarts it. Other failures, and the guard's other refusals, keep the workload from moving at all for
-`hotspots.refusedRetryS` (`refused_moves`).
+runs (or `cooldownS` after its move). A target full only through a move the same review accepted that then did not go
+out (the fresh read before acting failed, the actuator refused it ...) is let go at that cycle's end: the loop asks
+again then, on the ledger with what went out (`loop.Reconciler._unfilled`). A pair the actuator refused keeps its
+whole `refusedTargetRetryS` whatever the guard counts (its cause is one the guard does not count), and a guard refusal
+naming that node full meanwhile restarts it. Other failures, and the guard's other refusals, keep the workload from
+moving at all for `hotspots.refusedRetryS` (`refused_moves`).
 
 Refused scales. A service's scaling the actuator failed for good (FAILED: a Deployment another controller keeps, an
 HPA KEDA generates, RBAC; `refuse(..., scales=...)`) is remembered for `safety.cooldownS` (`refused_scales`): the
@@ -298,9 +300,10 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
 def still_full(state: object, full: Callable[[], Collection[str]]) -> object:
     """`state` with the pods the guard kept off a full node (`full_targets`) let back where it no longer counts the
     node full (`full`: its nodes at `maxConcurrentMigrationsPerNode` now, `SafetyGuard.full_nodes`, asked only while
-    any is kept off). Kept off for `refusedTargetRetryS` whatever happened, a pod whose target's landing replacement
-    ran a minute later was moved to a worse node, or its hot GPU throttled, for ten. `state` as it is when it is no
-    `PlannerState` (a wrapping planner's own)."""
+    any is kept off; the loop asks before planning, and at the end of a cycle where something accepted did not go
+    out). Kept off for `refusedTargetRetryS` whatever happened, a pod whose target's landing replacement ran a minute
+    later was moved to a worse node, or its hot GPU throttled, for ten. `state` as it is when it is no `PlannerState`
+    (a wrapping planner's own)."""
     if not isinstance(state, PlannerState) or not state.full_targets:
         return state
     nodes = frozenset(full())

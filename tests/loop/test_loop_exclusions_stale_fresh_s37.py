@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from loop_helpers import make_fleet, snapshot, workload
 from prometheus_client import CollectorRegistry
+from reads_down import ReadsDown
 
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.config import BalancerPolicy, SafetyPolicy
-from balancer.errors import TelemetryUnavailable
 from balancer.loop import InMemoryLeaderElector, InMemoryLease, Reconciler
 from balancer.metrics import ControllerMetrics
 from balancer.safety import SafetyLedger
@@ -18,20 +18,10 @@ FL = make_fleet(3, 4)
 T0 = 1000.0
 
 
-class Source:
-    """web-0 on a hot GPU of n0; `reads_left` reads more answer before Prometheus goes down (None: all);
-    `during_read()` runs inside each read (a read that takes long)."""
-
-    def __init__(self, clock: list[float]) -> None:
-        self.clock, self.reads_left, self.during_read = clock, None, lambda: None
-
-    def snapshot(self):
-        self.during_read()
-        if self.reads_left is not None:
-            if self.reads_left == 0:
-                raise TelemetryUnavailable("prometheus down")
-            self.reads_left -= 1
-        return snapshot(FL, workloads=[(workload("web-0", owner="web"), (0,))], temps={0: 86}, time=self.clock[0])
+def down_after(clock: list[float]) -> ReadsDown:
+    """web-0 on a hot GPU of n0."""
+    return ReadsDown(clock, lambda now: snapshot(FL, workloads=[(workload("web-0", owner="web"), (0,))], temps={0: 86},
+                                                 time=now))
 
 
 class Live:
@@ -45,7 +35,7 @@ def test_a_cycle_held_on_a_stale_fresh_snapshot_still_counts_its_refusals():
     """svc-y's move to n1 settles until T0+50 (one migration a node): at T0+10 the planner taints n0 and moves web-0
     to n1; the guard refuses the move (n1 full) and accepts the taint, and the fresh read before acting fails."""
     clock, registry = [T0], CollectorRegistry()
-    source = Source(clock)
+    source = down_after(clock)
     rec = Reconciler(source=source, actuator=Live(), clock=lambda: clock[0], metrics=ControllerMetrics(registry),
                      policy=BalancerPolicy(safety=SafetyPolicy(max_concurrent_migrations_per_node=1)))
     rec.ledger = SafetyLedger(migrations=((T0 - 10.0, "n2", "n1", "svc-y"),))
@@ -62,7 +52,7 @@ def test_a_replica_that_lost_the_lease_mid_cycle_no_longer_counts_its_refusals()
     before acting (`ControllerMetrics.standby` zeroes the gauge), and the gauge stays at 0 on a replica that does not
     lead. Before, the cycle set it again at its end, and the standby reported the refusal until it led again."""
     clock, registry, lease = [T0], CollectorRegistry(), InMemoryLease(duration_s=90.0)
-    source = Source(clock)
+    source = down_after(clock)
     rec = Reconciler(source=source, actuator=Live(), clock=lambda: clock[0], metrics=ControllerMetrics(registry),
                      elector=InMemoryLeaderElector(lease, "a"),
                      policy=BalancerPolicy(safety=SafetyPolicy(max_concurrent_migrations_per_node=1)))
