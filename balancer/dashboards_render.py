@@ -387,7 +387,7 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
             ax.text(0.5, 0.5, f"No data ({why})" if why else "No data", ha="center", va="center",
                     transform=ax.transAxes, color="grey")
             continue
-        matrix = next((t["options"] for t in panel.get("transformations", []) if t["id"] == "groupingToMatrix"),
+        matrix = next((t.get("options") for t in panel.get("transformations", []) if t["id"] == "groupingToMatrix"),
                       None)
         if panel["type"] == "heatmap":
             _draw_heatmap(fig, ax, panel, data, unit, renderer.start, renderer.end, renderer.step)

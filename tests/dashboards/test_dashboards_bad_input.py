@@ -238,3 +238,10 @@ def test_a_library_panel_reference_is_drawn_as_a_placeholder_not_refused_nor_wit
         fake.close()
     assert report.library_panels == {"board": ["Fleet temperature"]}
     assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
+
+
+def test_a_grid_transformation_without_options_is_drawn_as_a_table(tmp_path, capsys):
+    """Grafana saves a `groupingToMatrix` step added but not yet set up with no `options`: the check lets it by
+    (nothing to name the grid by) and the drawing read `t["options"]`, a KeyError traceback (review r2)."""
+    _render_with_data(tmp_path, capsys, [STAT | {"type": "table", "targets": [{"expr": "gpu:temp"}],
+                                                 "transformations": [{"id": "groupingToMatrix"}]}])
