@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import tempfile
 import threading
@@ -256,7 +257,8 @@ def agent_interval(text: str) -> float:
 NODE_NAME = "this node's name (the DaemonSet passes $(NODE_NAME))"
 
 
-# what the agent needs beyond the GPU devices where NVML answers NoPermission (`exporters.backends.nvml.started`)
+# what the agent needs beyond the GPU devices where NVML answers NoPermission or Unknown
+# (`exporters.backends.nvml.started`)
 ROOT_WITH_CAP_SYS_ADMIN = (", and run it as root with CAP_SYS_ADMIN, as the power-cap component does "
                            "(deploy/components/power-cap)")
 
@@ -276,24 +278,36 @@ STATE_FILE = ("a file path, not a folder, whose folder this process can write in
               "not exist)")
 
 
+def not_a_folder(above: Path) -> str:
+    """Why `--state-file`'s nearest existing folder is none: a file, or a link to nothing (its target missing: a
+    mount not there, a folder removed), which no write creates."""
+    if above.is_symlink() and not above.exists():
+        return f"under a link whose target is missing: {above} -> {os.readlink(above)}"
+    return f"under a file, not a folder: {above}"
+
+
 def state_file(path: str | None) -> None:
     """`--state-file` checked before any GPU is touched: the limits before gputide's caps are written to a temporary
     file beside it renamed over it, after creating the folders missing (`LimitsBefore._save`), so a folder there,
     or a nearest existing folder that is a file or one this process cannot write in, failed every write once a GPU
     was capped (each sync counted failed, the limits kept in memory only, a restarted agent giving a GPU back to its
     default limit). A missing folder is no fault: the DaemonSet's hostPath makes it, and a bare host's first write
-    did (refusing it stopped `--state-file /var/lib/gputide/power-cap-agent/limits.json` on such a host)."""
+    did (refusing it stopped `--state-file /var/lib/gputide/power-cap-agent/limits.json` on such a host). A link
+    whose target is missing (`/var/lib/gputide -> /mnt/not-mounted/gputide`) is there, not missing: `exists()`
+    follows it, so the check went on to the link's folder and took it, and each write failed (the folders' creation
+    meets the link, FileExistsError)."""
     if path is None:
         return
     target, where = Path(path), ""
     try:
         if target.is_dir():
             raise InputError(None, "--state-file", path, STATE_FILE, "a folder")
-        above = next(p for p in target.parents if p.exists() or p == p.parent)   # the nearest existing: / at worst
+        above = next(p for p in target.parents   # the nearest existing, a broken link included: / at worst
+                     if p.exists() or p.is_symlink() or p == p.parent)
         if above != target.parent:
             where = f" in {above}, the nearest folder that exists"
         if not above.is_dir():
-            raise InputError(None, "--state-file", path, STATE_FILE, f"under a file, not a folder: {above}")
+            raise InputError(None, "--state-file", path, STATE_FILE, not_a_folder(above))
         with tempfile.NamedTemporaryFile(dir=above, prefix=".gputide-probe-"):
             pass
     except OSError as exc:   # EACCES, EROFS

@@ -109,6 +109,7 @@ Tests inject `exporters.backends.fake_nvml` as `nvml`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -180,16 +181,30 @@ class _Stale(Exception):
 
 NVML_WHERE = ("run it on a GPU node whose NVIDIA driver is loaded, libnvidia-ml.so.1 in its container (the NVIDIA "
               "container runtime mounts it: runtimeClassName nvidia)")
-# NoPermission's advice, each command adding what else it needs (the power-cap agent: root with CAP_SYS_ADMIN)
+# NoPermission's and Unknown's advice, each command adding what else it needs (the power-cap agent: root with
+# CAP_SYS_ADMIN)
 NVML_DEVICES = ("give it the GPU devices, /dev/nvidiactl and /dev/nvidia* (the NVIDIA container runtime with "
                 "NVIDIA_VISIBLE_DEVICES=all)")
 NVML_START_ERRORS = {   # pynvml's error class at start, by its name in pynvml -> what is missing, in words; what to do
     "NVMLError_LibraryNotFound": ("libnvidia-ml.so.1, NVML's library (the NVIDIA driver's), could not be loaded",
                                   NVML_WHERE),
     "NVMLError_DriverNotLoaded": ("the NVIDIA driver is not loaded, though libnvidia-ml.so.1 was found", NVML_WHERE),
-    "NVMLError_LibRmVersionMismatch": ("libnvidia-ml.so.1 does not match the NVIDIA driver loaded", NVML_WHERE),
+    "NVMLError_LibRmVersionMismatch": ("libnvidia-ml.so.1 does not match the NVIDIA kernel module loaded (the driver "
+                                       "upgraded, its old module still in the kernel)",
+                                       "reboot the node, or reload the NVIDIA kernel module once nothing uses the "
+                                       "GPUs (a libnvidia-ml.so.1 in the image, not the node's: let the NVIDIA "
+                                       "container runtime mount the node's)"),
     "NVMLError_NoPermission": ("this process may not use the GPU devices (NVML answered 'Insufficient "
                                "Permissions')", NVML_DEVICES),
+    # in a container, NVML's answer when the GPU devices cannot be opened: their cgroup rules lost (a systemd
+    # daemon-reload under the systemd cgroup driver, NVIDIA/nvidia-docker#1730) or never given
+    "NVMLError_Unknown": ("NVML answered 'Unknown Error', in a container usually as it cannot open the GPU devices "
+                          "(access lost at a systemd daemon-reload, which a new container gets back: "
+                          "NVIDIA/nvidia-docker#1730)", NVML_DEVICES),
+    "NVMLError_FunctionNotFound": ("the NVIDIA driver is older than the installed nvidia-ml-py expects (a function "
+                                   "it calls is not in libnvidia-ml.so.1)",
+                                   "upgrade the NVIDIA driver, or install an older nvidia-ml-py, no newer than the "
+                                   "driver (its versions follow the driver's)"),
 }
 NO_PYNVML = ("pynvml, NVML's Python binding (nvidia-ml-py), is not installed", "install nvidia-ml-py (gputide's "
              "image has it)")
@@ -210,7 +225,7 @@ class NvmlUnusable(InputError):
 def started(lead: str, devices: str = "", **kwargs: Any) -> NvmlBackend:
     """`NvmlBackend(**kwargs)` at a command's start, or `NvmlUnusable` (exit 2) where NVML cannot be used here: pynvml
     not installed, or an ``NVMLError`` at NVML's start (initialising it, or listing the GPUs once it started), told
-    by its class. `devices`: what the command needs beyond `NVML_DEVICES` where NVML answers NoPermission. Anything
+    by its class. `devices`: what the command needs beyond `NVML_DEVICES` where that is the advice. Anything
     else (an AttributeError, a bug) is raised as it is: catching every exception said a bug as bad input."""
     try:
         import pynvml
@@ -245,7 +260,17 @@ class NvmlBackend:
             import pynvml as nvml
         self.nvml = nvml
         nvml.nvmlInit()
-        host = hostname or socket.gethostname()
+        try:
+            self._start(nvml, hostname or socket.gethostname())
+        except BaseException:   # no backend to shut NVML down later: the start's error said, not shutdown's
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlShutdown()
+            raise
+
+    def _start(self, nvml: Any, host: str) -> None:
+        """Everything after ``nvmlInit`` at the backend's start: a call that raises here ends the start, and NVML
+        (initialised, its reference counted) is shut down, not left to the process's end (a caller going on without
+        NVML, a test's next backend, held an initialisation nobody would shut down)."""
         driver = _text(self._try_static(nvml.nvmlSystemGetDriverVersion, ""))   # DCGM_FI_DRIVER_VERSION label
         self._init = NvmlInit(nvml, host, driver)
         self._lock = threading.Lock()   # NVML's users: the collection, the power-cap agent (another thread)

@@ -5,6 +5,11 @@
   if the node had no driver: it is said after the exporter's own words as what is missing, with pynvml's error, and
   what to do (NoPermission: the GPU devices, /dev/nvidiactl and /dev/nvidia*), exit 2;
 * every exception at the backend's start was bad input, exit 2: one that is no NVML error (a bug) is raised.
+
+Audit a13 of 3a0847d6: Unknown (in a container, usually the GPU devices' access lost, NVIDIA/nvidia-docker#1730) was
+said as a node without a driver, FunctionNotFound (a driver older than nvidia-ml-py) and LibRmVersionMismatch (the
+kernel module not the library's) sent to "a GPU node whose NVIDIA driver is loaded", which it is: each names its cause
+and what mends it.
 """
 
 from __future__ import annotations
@@ -51,3 +56,26 @@ def test_an_error_that_is_not_nvmls_is_raised_not_bad_input(monkeypatch):
     failing_init(monkeypatch, AttributeError("module 'pynvml' has no attribute 'nvmlInitWithFlags'"))   # a bug
     with pytest.raises(AttributeError, match="nvmlInitWithFlags"):
         main(EXPORTER)
+
+
+DAEMONSET = ", as the exporter's DaemonSet does (deploy/base/exporter.yaml)"
+
+
+@pytest.mark.parametrize(("error", "missing", "todo"), [
+    (pynvml.NVMLError_Unknown, "NVML answered 'Unknown Error', in a container usually as it cannot open the GPU "
+     "devices (access lost at a systemd daemon-reload, which a new container gets back: NVIDIA/nvidia-docker#1730)",
+     "give it the GPU devices, /dev/nvidiactl and /dev/nvidia* (the NVIDIA container runtime with "
+     f"NVIDIA_VISIBLE_DEVICES=all){DAEMONSET}"),
+    (pynvml.NVMLError_FunctionNotFound, "the NVIDIA driver is older than the installed nvidia-ml-py expects (a "
+     "function it calls is not in libnvidia-ml.so.1)", "upgrade the NVIDIA driver, or install an older nvidia-ml-py, "
+     "no newer than the driver (its versions follow the driver's)"),
+    (pynvml.NVMLError_LibRmVersionMismatch, "libnvidia-ml.so.1 does not match the NVIDIA kernel module loaded (the "
+     "driver upgraded, its old module still in the kernel)", "reboot the node, or reload the NVIDIA kernel module once "
+     "nothing uses the GPUs (a libnvidia-ml.so.1 in the image, not the node's: let the NVIDIA container runtime mount "
+     "the node's)"),
+], ids=["Unknown: device access", "FunctionNotFound: driver older", "LibRmVersionMismatch: reload the driver"])
+def test_a_start_error_is_said_as_its_cause_and_what_mends_it(monkeypatch, capsys, error, missing, todo):
+    failing_init(monkeypatch, error())
+    assert main(EXPORTER) == 2
+    line = one_error_line(capsys)
+    assert line == f"{LEAD}{missing} (pynvml: {error.__name__}: {error()}); {todo}", line

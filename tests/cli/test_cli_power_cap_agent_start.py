@@ -11,6 +11,12 @@
   GPU was capped. It is refused at start, exit 2, naming the flag, the value and what is allowed, before NVML is
   touched. A missing folder is not refused: each write creates it (`LimitsBefore._save`), so
   `--state-file /var/lib/gputide/power-cap-agent/limits.json` on a bare host works.
+
+Audit a13 of 53a9c42f/3a0847d6: a folder that is a link whose target is missing (`/var/lib/gputide ->
+/mnt/not-mounted/gputide`) was taken as missing (the check went on to the link's folder), and each write then failed
+(FileExistsError creating the folders): refused, naming the link. NVML's Unknown at start (in a container, usually the
+devices' access lost) is said as device access; an NVML error after nvmlInit succeeded left NVML initialised: it is
+shut down.
 """
 
 from __future__ import annotations
@@ -85,6 +91,35 @@ def test_nvml_no_permission_listing_the_gpus_is_not_said_as_nvml_not_initialised
     assert "driver is loaded" not in line and "did not initialise" not in line, line
 
 
+def test_nvml_unknown_at_start_is_said_as_device_access(monkeypatch, capsys, agent):
+    def init() -> None:
+        raise pynvml.NVMLError_Unknown()   # a container whose device access a systemd daemon-reload took
+
+    monkeypatch.setattr(pynvml, "nvmlInit", init)
+    assert main(agent) == 2
+    line = one_error_line(capsys)
+    assert "NVML answered 'Unknown Error', in a container usually as it cannot open the GPU devices (access lost at " \
+           "a systemd daemon-reload, which a new container gets back: NVIDIA/nvidia-docker#1730) (pynvml: " \
+           f"NVMLError_Unknown: {pynvml.NVMLError_Unknown()}); {DEVICES}" in line, line
+    assert "root with CAP_SYS_ADMIN" in line, line
+    assert "driver is loaded" not in line, line
+
+
+def test_nvml_is_shut_down_when_its_start_fails_after_nvml_init(monkeypatch, capsys, agent):
+    calls: list[str] = []
+
+    def no_permission() -> int:
+        raise pynvml.NVMLError_NoPermission()
+
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: calls.append("nvmlInit"))
+    monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: calls.append("nvmlShutdown"))
+    monkeypatch.setattr(pynvml, "nvmlSystemGetDriverVersion", lambda: "550.54.15")
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", no_permission)
+    assert main(agent) == 2
+    assert "this process may not use the GPU devices" in one_error_line(capsys)
+    assert calls == ["nvmlInit", "nvmlShutdown"]
+
+
 def test_no_pynvml_says_what_to_install_not_a_gpu_node(monkeypatch, capsys, agent):
     monkeypatch.setitem(sys.modules, "pynvml", None)   # `import pynvml` raises ModuleNotFoundError
     assert main(agent) == 2
@@ -154,6 +189,21 @@ def test_a_state_file_in_a_folder_it_cannot_write_in_exits_2_before_nvml(monkeyp
     assert f"field '--state-file': invalid value '{path}'; allowed: {ALLOWED}" in line, line
     assert any(line.endswith(f"({why}{where.format(folder=folder)})")
                for why in ("Permission denied", "Read-only file system")), line
+
+
+@pytest.mark.parametrize("under", ["", "power-cap-agent"], ids=["its folder", "a folder above it"])
+def test_a_state_file_under_a_link_whose_target_is_missing_exits_2_naming_the_link(monkeypatch, capsys, tmp_path,
+                                                                                   agent, under):
+    """`/var/lib/gputide -> /mnt/not-mounted/gputide`: the folder is there, a link to nothing, which no write makes
+    (creating the folders meets the link: FileExistsError); it was taken, the nearest existing folder sought above."""
+    refused_nvml(monkeypatch)
+    link = tmp_path / "gputide"
+    link.symlink_to(tmp_path / "not-mounted" / "gputide")
+    path = link / under / "limits.json"
+    assert main([*agent, "--state-file", str(path)]) == 2
+    line = one_error_line(capsys)
+    assert line == f"gputide: error: field '--state-file': invalid value '{path}'; allowed: {ALLOWED} (under a link " \
+                   f"whose target is missing: {link} -> {tmp_path}/not-mounted/gputide)", line
 
 
 class Asked:
