@@ -16,8 +16,8 @@ the soak prints one row per checker at the end (`Invariants.table()`), and all m
                     soak checks the budget the guard enforces.
 * `MemoryTrend`     the process's resident memory sampled every cycle, settled first (`settled_rss_mib`: a full
                     collection and glibc's `malloc_trim`, so memory freed but kept by the allocator is not counted as
-                    growth); the slope after warm-up, fitted by Theil-Sen, must stay under a threshold (MiB per
-                    simulated day). The process also holds the harness (simulator, exporter, in-test Kubernetes API,
+                    growth); the slope after warm-up (and, on long runs, over the last day), fitted by Theil-Sen,
+                    must stay under a threshold (MiB per simulated day). The process also holds the harness (simulator, exporter, in-test Kubernetes API,
                     the checkers' records), so the slope is an upper bound on the controller's own.
 * alerts            are tracked by `balancer.app.soak_faults.AlertTracker`.
 """
@@ -231,10 +231,15 @@ def settled_rss_mib() -> float:
     return rss_mib()
 
 
+def _theil_sen(pts: np.ndarray) -> float:
+    """Theil-Sen slope of (x, y) rows: the median of the pairwise slopes; 0 where x does not vary."""
+    return float(theilslopes(pts[:, 1], pts[:, 0]).slope) if np.ptp(pts[:, 0]) > 0 else 0.0
+
+
 class MemoryTrend:
-    def __init__(self, *, warmup_fraction: float = 0.25, max_mib_per_day: float = 8.0) -> None:
+    def __init__(self, *, warmup_fraction: float = 0.25, max_mib_per_day: float = 8.0, late_days: float = 3.0) -> None:
         self.samples: list[tuple[float, float]] = []   # (simulated days, RSS MiB)
-        self.warmup_fraction = warmup_fraction
+        self.warmup_fraction, self.late_days = warmup_fraction, late_days
         self.max_mib_per_day = max_mib_per_day
         self.check = Check("controller memory flat",
                            f"RSS slope after warm-up below {max_mib_per_day:g} MiB per simulated day (RSS settled by "
@@ -247,20 +252,28 @@ class MemoryTrend:
         """Fit the slope (MiB / simulated day) over the samples after warm-up; record a breach if too steep.
 
         The slope is Theil-Sen's (the median of the pairwise slopes), not least squares': a leak grows with every
-        cycle and moves every pair, while a one-off step (a thread's malloc arena, a cache filled once) late in a
-        short run moved least squares past the limit under load (8.49 MiB/day in a 1-day soak that read flat
-        elsewhere) and moves the median little."""
+        cycle and moves every pair, while a one-off step (a thread's malloc arena, a cache filled once) near the
+        end of a short run moved least squares past the limit under load (8.49 MiB/day in a 1-day soak that read
+        flat elsewhere) and moves the median less (a step mid-run still reads as growth). Over a run of
+        `late_days` or more after warm-up the last day is also fitted alone: a leak that begins late (a cache that
+        starts growing on day 5) moves too few of the whole run's pairs to shift its median."""
         pts = np.array(self.samples, dtype=float)
         self.check.checked = len(pts)
         if len(pts) < 8:
             self.check.breach(cycle, f"only {len(pts)} memory samples")
             return float("nan")
         tail = pts[int(len(pts) * self.warmup_fraction):]
-        slope = float(theilslopes(tail[:, 1], tail[:, 0]).slope) if np.ptp(tail[:, 0]) > 0 else 0.0
+        slope = _theil_sen(tail)
+        last_day = tail[tail[:, 0] >= tail[-1, 0] - 1.0]
+        late = _theil_sen(last_day) if np.ptp(tail[:, 0]) >= self.late_days and len(last_day) >= 8 else None
         self.check.detail = (f"RSS {pts[0, 1]:.0f} -> {pts[-1, 1]:.0f} MiB, after warm-up {tail[0, 1]:.0f} -> "
-                             f"{tail[-1, 1]:.0f} MiB, slope {slope:+.2f} MiB/day (settled RSS, harness included)")
+                             f"{tail[-1, 1]:.0f} MiB, slope {slope:+.2f} MiB/day"
+                             + (f", last day {late:+.2f}" if late is not None else "")
+                             + " (settled RSS, harness included)")
         if slope > self.max_mib_per_day:
             self.check.breach(cycle, f"RSS grows {slope:.2f} MiB per simulated day after warm-up")
+        if late is not None and late > self.max_mib_per_day:
+            self.check.breach(cycle, f"RSS grows {late:.2f} MiB per simulated day over the last day")
         return slope
 
 

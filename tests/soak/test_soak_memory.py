@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
 import pytest
 
 from balancer.app.soak import load_fake_kube
@@ -75,14 +76,14 @@ def test_settle_keeps_the_newest_events_and_a_bounded_watch_history(mirror):
     assert kube._expired_below == kube._history[0].rv - 1   # a watch from before what is kept is told 410
 
 
-def _trend(rss: list[float]) -> MemoryTrend:
+def _trend(rss: list[float], days: float = 1.0) -> MemoryTrend:
     trend = MemoryTrend(max_mib_per_day=8.0)
-    trend.samples = [(k / (len(rss) - 1), mib) for k, mib in enumerate(rss)]   # one simulated day
+    trend.samples = [(days * k / (len(rss) - 1), mib) for k, mib in enumerate(rss)]
     return trend
 
 
 def test_a_one_off_step_late_in_a_short_run_is_not_read_as_a_leak():
-    rss = [650.0] * 72 + [656.0] * 8   # 6 MiB taken once, in the last tenth (least squares: 8.5 MiB/day)
+    rss = [650.0] * 72 + [660.0] * 8   # 10 MiB taken once, in the last tenth (least squares: 9.1 MiB/day)
     trend = _trend(rss)
     slope = trend.finish(cycle=80)
     assert slope < 1.0
@@ -95,3 +96,21 @@ def test_a_steady_leak_is_still_caught():
     slope = trend.finish(cycle=80)
     assert 9.0 < slope < 11.0
     assert len(trend.check.breaches) == 1
+
+
+def test_a_leak_that_begins_late_in_a_long_run_is_caught_by_the_last_day():
+    """7 days, flat until day 5.5, then 40 MiB/day: the whole run's median slope reads about 2 MiB/day (review r2);
+    the last day fitted alone reads the leak."""
+    days = np.linspace(0.0, 7.0, 500)
+    rss = list(650.0 + 40.0 * np.clip(days - 5.5, 0.0, None) + np.where(np.arange(500) % 3 == 0, 0.7, -0.4))
+    trend = _trend(rss, days=7.0)
+    slope = trend.finish(cycle=500)
+    assert slope < 8.0   # the whole run alone would have passed it
+    assert [m for _, m in trend.check.breaches] == [trend.check.breaches[0][1]]
+    assert "over the last day" in trend.check.breaches[0][1]
+
+
+def test_a_flat_long_run_holds():
+    trend = _trend(list(650.0 + np.where(np.arange(500) % 3 == 0, 0.7, -0.4)), days=7.0)
+    trend.finish(cycle=500)
+    assert trend.check.held and "last day +0.00" in trend.check.detail
