@@ -17,8 +17,9 @@ the soak prints one row per checker at the end (`Invariants.table()`), and all m
 * `MemoryTrend`     the process's resident memory sampled every cycle, settled first (`settled_rss_mib`: a full
                     collection and glibc's `malloc_trim`, so memory freed but kept by the allocator is not counted as
                     growth); the slope after warm-up (and, on long runs, over the last day), fitted by Theil-Sen,
-                    must stay under a threshold (MiB per simulated day). The process also holds the harness (simulator, exporter, in-test Kubernetes API,
-                    the checkers' records), so the slope is an upper bound on the controller's own.
+                    must stay under a threshold (MiB per simulated day). The process also holds the harness
+                    (simulator, exporter, in-test Kubernetes API, the checkers' records), so the slope is an upper
+                    bound on the controller's own.
 * alerts            are tracked by `balancer.app.soak_faults.AlertTracker`.
 """
 
