@@ -134,6 +134,9 @@ def get(key: str, *, file: str | None = None, field: str = "gpuModel") -> GpuMod
     raise InputError(file, field, key, "one of " + ", ".join(CATALOGUE))
 
 
+PRODUCT_LABEL = "nvidia.com/gpu.product"   # GPU feature discovery's node label naming the board (`key_of` reads it)
+
+
 @functools.cache   # the catalogue never changes; the scheduler asks once per node per pod
 def key_of(name: str) -> str:
     """The catalogue key of a GPU model named by key, dcgm modelName, Alibaba code, or GPU feature discovery's

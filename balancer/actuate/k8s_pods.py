@@ -52,7 +52,7 @@ def elastic_bounds(notes: Json) -> tuple[int, int]:
     return (max(min(as_int(notes.get("gputide.io/elastic-min"), 0), hi), 0) if hi else 0), hi
 
 
-PRODUCT_LABEL = "nvidia.com/gpu.product"
+PRODUCT_LABEL = catalog.PRODUCT_LABEL
 
 
 def pod_models(notes: Json, spec: Json) -> frozenset[str] | None:

@@ -76,8 +76,6 @@ log = logging.getLogger("balancer.telemetry.shard")
 # how long a node of the shard may be missing from the node list before it leaves the shard, where the inner source
 # has no `opts.forget_vanished_after_s` of its own (`ShardedSource.listed_out`): that option's default
 UNLISTED_AFTER_S = 600.0
-# GPU feature discovery's node label naming the node's GPU model (`NVIDIA-H100-80GB-HBM3`: `labelled_model`)
-GPU_PRODUCT = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ _GFD_SUFFIX = re.compile(r"-(SHARED|MIG-.*)$")
 
 
 def labelled_model(labels: Mapping[str, str]) -> str:
-    """The catalogue key of the GPU model node labels `labels` name (GPU feature discovery's `GPU_PRODUCT`, as the
+    """The catalogue key of the GPU model node labels `labels` name (GPU feature discovery's `PRODUCT_LABEL`, as the
     scheduler reads it: `catalog.key_of`), or "" where there is none or the catalogue does not know it. A reading's
     model is the catalogue key of the exporter's modelName (`topology.Topology.build`); an unknown product string
     could not be told equal to an unknown modelName, so it names no model, as when the label is absent.
@@ -143,7 +141,7 @@ def labelled_model(labels: Mapping[str, str]) -> str:
     false`) and under the single MIG strategy (`-MIG-1g.5gb`, `-MIG-INVALID`); a reading's modelName is the board's
     own, so the suffix is dropped here. Not in `catalog.key_of`: the scheduler matches pods' product selectors with
     it, and a pod pinned to `...-SHARED` nodes must not match unshared ones."""
-    key = catalog.key_of(_GFD_SUFFIX.sub("", labels.get(GPU_PRODUCT, "")))
+    key = catalog.key_of(_GFD_SUFFIX.sub("", labels.get(catalog.PRODUCT_LABEL, "")))
     return key if key in catalog.CATALOGUE else ""
 
 
