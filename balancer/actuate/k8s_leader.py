@@ -84,8 +84,9 @@ class LeaseLeaderElector:
         self.lease_duration_s, self.renew_deadline_s = int(lease_duration_s), renew_deadline_s
         self.clock = clock or _WALL   # wall time: only the times written into the Lease
         self.monotonic = monotonic        # every local interval (`_tick`)
-        # `await_lease`'s sleep between tries (default: until `release()`, at most that long); a test's on its clock
-        self.pause: Callable[[float], object] = pause or self._halt.wait
+        # `await_lease`'s sleep between tries, a test's or simulation's on its clock: it wins over the caller's (a
+        # real wait); None: the caller's, else until `release()` (at most that long)
+        self.pause: Callable[[float], object] | None = pause
         self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions) last seen
         self._observed_at = 0.0                          # our monotonic clock when we saw the record change
         self._observed_for = self.lease_duration_s       # the leaseDurationSeconds last seen on the Lease
@@ -196,34 +197,50 @@ class LeaseLeaderElector:
 
     def await_lease(self, stopping: Callable[[], bool] = lambda: False,
                     pause: Callable[[float], object] | None = None) -> bool:
-        """A `--once` contender whose try found the Lease another identity's: keep trying every `retry_period_s`
-        (`pause`, default `self.pause`) until the takeover rule of `try_acquire_or_renew` lets us take it (the
-        record unchanged for its lease duration since we first saw it, on our clock: a crashed holder's Lease); True
-        once we hold it. False as soon as the record changes (the holder renewed: a live holder does within its renew
-        deadline, so a healthy standby leaves within about a lease duration), a try cannot reach the Lease
-        (`last_failure`, said as such by the caller), `stopping()` (SIGTERM) or `release()`, or a lease duration and
-        a retry period after we first saw it. A single try never takes such a Lease: the holder's renewTime is on
-        its clock, not ours, so a --once run (a CronJob) was a standby for ever behind a Lease nobody renewed."""
+        """A `--once` contender whose try found the Lease another identity's: keep trying, a pause (`pause`, e.g.
+        a SIGTERM's Event's wait; default until `release()`; `self.pause` if set) between tries, until the takeover
+        rule of `try_acquire_or_renew` lets us take it (the record unchanged for its lease duration since we first
+        saw it, on our clock: a crashed holder's Lease); True once we hold it. False as soon as the record changes
+        (the holder renewed: a live holder does within its renew deadline, so a healthy standby leaves within about
+        a lease duration), a try cannot reach the Lease (`last_failure`, said as such by the caller), `stopping()`
+        (SIGTERM) or `release()`, or once a try that began a lease duration and a pause after we first saw it did
+        not take it. A single try never takes such a Lease: the holder's renewTime is on its clock, not ours, so a
+        --once run (a CronJob) was a standby for ever behind a Lease nobody renewed.
+
+        The pause is the Lease's, not ours (`_await_step`): a sixth of its lease duration, at most our retry period.
+        Our own retry period follows our `--interval` (a 1 h interval: 30 min), which has nothing to do with the
+        Lease found: paused so, a run behind a live holder's 15 s Lease waited 30 min to leave as a standby (a run
+        of one try left at once), and one behind a dead holder's waited 12 h (a 24 h interval) to take it. The
+        deadline is judged by the tick a try began at, as the takeover rule judges it: a slow read just before it
+        (one call may take 5 s) must not end the wait with the Lease still to take."""
         with self._lock:
             seen, since, duration = self._observed, self._observed_at, self._observed_for
             if self.is_leader or self.last_failure is not None or seen is None or seen[0] in ("", self.identity):
                 return self.is_leader
-        pause = pause or self.pause
-        deadline = since + duration + self.retry_period_s
-        tries = int((duration + self.retry_period_s) / self.retry_period_s) + 1   # also ends on a clock held still
+        pause, step = self.pause or pause or self._halt.wait, self._await_step(duration)
+        deadline, began = since + duration + step, since
+        tries = int((duration + step) / step) + 1   # also ends on a clock held still
         for _ in range(tries):
-            if stopping() or self._halt.is_set() or self._tick() >= deadline:
+            if stopping() or self._halt.is_set() or began >= deadline:
                 break
-            pause(self.retry_period_s)
+            pause(step)
             if stopping() or self._halt.is_set():
                 break
             with self._lock:
+                began = self._tick()
                 self._try_acquire_or_renew()
                 if self.is_leader:
                     return True
                 if self.last_failure is not None or (self._observed, self._observed_at) != (seen, since):
                     break
         return self.is_leader
+
+    def _await_step(self, duration: int) -> float:
+        """`await_lease`'s pause between tries for a Lease of `duration` s: a sixth of it (as our own retry period
+        is of our own Lease: a quarter of a renew deadline of two thirds; 2.5 s of 15 s), so about six tries watch
+        it for its lease duration whoever wrote it, and a standby leaves within that of the holder's renewal; at
+        most our retry period (a long Lease's renewal or release is seen as soon as our own renewer would see it)."""
+        return min(self.retry_period_s, duration / 6)
 
     def _annotations(self, lease: Json) -> dict[str, str]:
         """The Lease's annotations, with our safety ledger when we have one (a replace must carry them all)."""

@@ -11,9 +11,10 @@ renew deadline, whatever the loop is doing, and the loop checks it before every 
 action in progress finish, skip the rest of the cycle's actions and release the Lease, so a standby takes over at
 once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). `--once
 --leader-elect` watches a Lease another replica holds for up to a lease duration, and takes it over if nobody
-renews it meanwhile (a crashed holder's; `lease_expires`), else it is a standby. Every action ends
-within `--action-deadline` (its API calls, undo included: balancer/actuate/k8s_budget.py), the figure the grace
-period and the liveness limit are derived from (balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
+renews it meanwhile (a crashed holder's; `lease_expires`), else it is a standby; SIGTERM ends that wait (a
+standby, exit 0). Every action ends within `--action-deadline` (its API calls, undo included:
+balancer/actuate/k8s_budget.py), the figure the grace period and the liveness limit are derived from
+(balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
 ended fail-static (held still) or, with `--leader-elect`, could not read or write its Lease (nothing done; said with
 the API's error, not as a standby), 4 `--once` could not save the safety ledger where the next run reads it (logged:
 that run inherits an older ledger, without this one's cooldowns and evictions since its last save).
@@ -30,6 +31,7 @@ there only): env `POD_NAMESPACE` (the downward API), else the service account's 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -37,7 +39,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 
 from balancer import config
 from balancer.actuate.k8s_budget import ACTION_DEADLINE_S, least_action_deadline_s
@@ -483,37 +485,52 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:  # /metrics, and the probes /healthz (the loop is not stuck) and /readyz
         bind(lambda **kw: serve_metrics(registry=metrics.registry, health=health, **kw), args.listen_address,
              args.metrics_port, "--metrics-port")
-    if args.once:
-        return one_cycle(reconciler)
     stop = threading.Event()
-
-    def _stop(signum, _frame) -> None:
-        log.info("signal %s: finishing the action in progress, then releasing the Lease and stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    start = getattr(reconciler.elector, "start", None)
-    if start is not None:   # renew the Lease from its own thread, however long a cycle runs (released by run)
-        start()
-    reconciler.run(interval, stop, beat=health.beat, progress=health.progress)
+    if args.once:   # SIGTERM ends the wait for another replica's Lease (as PID 1 it was ignored: lease_expires)
+        with stopped_by_signals(stop.set, "no longer waiting for the Lease; a cycle begun finishes, then the Lease "
+                                          "is released"):
+            return one_cycle(reconciler, stop)
+    with stopped_by_signals(stop.set, "finishing the action in progress, then releasing the Lease and stopping"):
+        start = getattr(reconciler.elector, "start", None)
+        if start is not None:   # renew the Lease from its own thread, however long a cycle runs (released by run)
+            start()
+        reconciler.run(interval, stop, beat=health.beat, progress=health.progress)
     return 0
 
 
-def lease_expires(elector) -> bool:
+@contextlib.contextmanager
+def stopped_by_signals(stop: Callable[[], None], what: str) -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGINT call `stop` (it only flags: no I/O, no lock, from a signal handler),
+    logged with `what` it means; the handlers found are put back after it (main() run twice in one process)."""
+    def _stop(signum, _frame) -> None:
+        log.info("signal %s: %s", signum, what)
+        stop()
+
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def lease_expires(elector, stop: threading.Event) -> bool:
     """Whether a `--once` standby takes the Lease after all: another identity's, unchanged for its lease duration
     while this replica watches (`LeaseLeaderElector.await_lease`: a crashed holder's), not renewed meanwhile. One try
-    never takes it (the holder's renewTime is on another clock): a --once run was a standby for ever behind it."""
+    never takes it (the holder's renewTime is on another clock): a --once run was a standby for ever behind it.
+    `stop` (SIGTERM) ends the wait at once, its pause included: a --once run had no handler, so as a container's PID 1
+    it ignored SIGTERM, kept waiting, might take the Lease and be killed in the middle of its cycle holding it."""
     await_lease = getattr(elector, "await_lease", None)
-    return await_lease is not None and await_lease()
+    return await_lease is not None and await_lease(stop.is_set, stop.wait) and not stop.is_set()
 
 
-def one_cycle(reconciler: Reconciler) -> int:
+def one_cycle(reconciler: Reconciler, stop: threading.Event) -> int:
     """`--once`: one cycle, the Lease let go after it, what it did printed. A standby because its Lease could not be
-    read or written (`lease_out_of_reach`) says so and exits as a cycle held still does, not as a standby (exit 0)."""
+    read or written (`lease_out_of_reach`) says so and exits as a cycle held still does, not as a standby (exit 0).
+    A standby behind another replica's Lease waits for it until `stop` (`lease_expires`)."""
     try:
         report = reconciler.run_once()
-        if report.status == "standby" and lease_expires(reconciler.elector):
+        if report.status == "standby" and lease_expires(reconciler.elector, stop):
             report = reconciler.run_once()   # a dead holder's Lease, taken over: the cycle as its leader
         # no next cycle to save it: a held budget, a reservation not replaced, this cycle's cooldowns
         saved = reconciler.handover.saved_before_exit(reconciler.ledger)

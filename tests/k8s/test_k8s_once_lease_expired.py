@@ -4,8 +4,10 @@ renewTime (another clock) and takes a Lease over only once it has seen it unchan
 clock; a --once run made one try, found it held and exited a standby, exit 0, at every run of a CronJob until someone
 deleted the Lease. It now watches the Lease for up to a lease duration (`LeaseLeaderElector.await_lease`, a try every
 retry period) and takes it once unchanged so long; a Lease its holder renews meanwhile leaves it a standby, exit 0, at
-that renewal; SIGTERM ends the wait at once. The elector here is the one the commands build, on the test's clock,
-its pauses between tries advancing that clock (no real waiting), its renewer thread not started."""
+that renewal; SIGTERM ends the wait at once. The pause between tries is a sixth of the Lease watched (at most the
+run's retry period, which follows its --interval: a 1 h interval paused 30 min), and the wait's end is judged by when a
+try began (audit a14). The elector here is the one the commands build, on the test's clock, its pauses between tries
+advancing that clock (no real waiting: `elector.pause` wins over the command's), its renewer thread not started."""
 
 from __future__ import annotations
 
@@ -66,9 +68,9 @@ def waits(monkeypatch, clock) -> Waits:
     return waits
 
 
-def run_once(kubeconfig: str) -> int:
+def run_once(kubeconfig: str, *flags: str) -> int:
     return main(["run", "--prometheus", "http://127.0.0.1:9", "--kubeconfig", kubeconfig, "--once", "--metrics-port",
-                 "0", "--leader-elect", "--lease-namespace", "gputide", "--dry-run"])
+                 "0", "--leader-elect", "--lease-namespace", "gputide", "--dry-run", *flags])
 
 
 def schedule_once(kubeconfig: str) -> int:
@@ -126,6 +128,77 @@ def test_a_lease_its_holder_renews_meanwhile_leaves_a_standby_exit_0_at_the_rene
     assert not kube.calls("PUT", rf"/leases/{name}$") or all(
         r.body["spec"]["holderIdentity"] == "replica-b" for r in kube.calls("PUT", rf"/leases/{name}$"))
     assert not kube.calls("POST", r"/binding$")
+
+
+@pytest.fixture
+def signals_kept():
+    """A SIGTERM the command does not handle is recorded, not the end of the test process; the test's handlers are
+    put back afterwards."""
+    got, saved = [], {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, lambda signum, _frame: got.append(signum))
+    yield got
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def test_run_onces_pause_is_the_leases_not_its_own_long_interval(kube, api, kubeconfig, clock, waits, capsys):
+    """`--interval 1h` makes this run's own Lease 3 h, its retry period 30 min: behind a live holder's 15 s Lease it
+    waited 30 min (one pause) to leave a standby. It pauses a sixth of the Lease it watches: 2.5 s."""
+    holder = LeaseLeaderElector(api, "gputide-controller", "gputide", "replica-b", clock=clock)
+    assert holder.try_acquire_or_renew()
+    waits.meanwhile = holder.try_acquire_or_renew
+    assert run_once(kubeconfig, "--interval", "1h") == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "cycle: standby not the leader", out + err
+    assert waits.asked == [2.5]
+
+
+def test_run_once_with_a_24h_interval_takes_a_dead_holders_15s_lease_in_15s(kube, kubeconfig, waits, capsys):
+    """Its own retry period would be 12 h (a 72 h Lease): the dead holder's 15 s Lease was taken after 12 h."""
+    kube.add(dead_holders_lease("gputide-controller"))
+    assert run_once(kubeconfig, "--interval", "24h") == 3   # the cycle, as leader, holds still (no Prometheus)
+    out, err = capsys.readouterr()
+    assert out.startswith("cycle: fail_static telemetry_unavailable"), out + err
+    assert taken_by_me(kube, "gputide-controller")
+    assert set(waits.asked) == {2.5} and 15 <= sum(waits.asked) <= 17.5, waits.asked
+
+
+def test_a_slow_read_just_before_the_lease_duration_does_not_end_the_wait(kube, api, clock):
+    """The try that began at 12.5 s (the Lease not yet to take) waits 5 s for its read (a call's limit): the wait's
+    end (a lease duration and a pause: 17.5 s) is past when it returns. Judged by when the try began, as the takeover
+    rule judges it, the next try is made, at 20 s, and takes the Lease; it gave up, a standby behind a dead holder."""
+    kube.add(dead_holders_lease("gputide-controller"))
+    elector = LeaseLeaderElector(api, "gputide-controller", "gputide", ME, clock=clock)   # 15 s: tries every 2.5 s
+    assert not elector.try_acquire_or_renew()
+    began, read = [], elector.api.coordination.read_namespaced_lease
+
+    def slow_fifth(*args, **kwargs):
+        began.append(clock.now)
+        answer = read(*args, **kwargs)
+        if len(began) == 5:
+            clock.advance(5.0)
+        return answer
+
+    elector.api.coordination.read_namespaced_lease = slow_fifth
+    start = clock.now
+    assert elector.await_lease(pause=clock.advance) is True
+    assert [t - start for t in began] == [2.5, 5.0, 7.5, 10.0, 12.5, 20.0]
+    assert taken_by_me(kube, "gputide-controller")
+
+
+def test_sigterm_ends_run_onces_wait_at_once(kube, kubeconfig, waits, signals_kept, capsys):
+    """`run --once` had no SIGTERM handler: as a container's PID 1 (the signal ignored) it kept waiting, took the
+    Lease and was killed in the middle of its cycle holding it. Its handler ends the wait: a standby, exit 0."""
+    kube.add(dead_holders_lease("gputide-controller"))
+    waits.meanwhile = lambda: os.kill(os.getpid(), signal.SIGTERM)
+    assert run_once(kubeconfig) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "cycle: standby not the leader", out + err
+    assert len(waits.asked) == 1, "no try after SIGTERM, no further pause"
+    assert not taken_by_me(kube, "gputide-controller") and not signals_kept, "run's handler got it"
+    assert kube.get("leases", "gputide-controller", "gputide")["spec"]["holderIdentity"] == "crashed-replica"
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert signals_kept == [signal.SIGTERM], "the handler found is put back at exit"
 
 
 def test_sigterm_ends_schedule_onces_wait_at_once(kube, kubeconfig, waits, capsys):
