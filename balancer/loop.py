@@ -126,9 +126,9 @@ def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]
     (`full_nodes`), one move per node: the planner does not count migrations in flight, and kept off its target alone
     the pod was proposed the next-best full node each cycle, one refused per cycle, its hot GPU throttled only once all
     had been. Those nodes free when the replacements land, which the planner does not see either: the loop asks the
-    guard each cycle (`planner.still_full`; at its end too when something accepted did not go out: `_unfilled`), and
-    kept off for `refusedTargetRetryS` the pod was throttled or sent to a worse node for ten minutes when one landed a
-    minute later. The target itself is marked too: full only with migrations settling, it frees within
+    guard each cycle (`planner.still_full`; at its end too when the review kept a move off a full node: `_unfilled`),
+    and kept off for `refusedTargetRetryS` the pod was throttled or sent to a worse node for ten minutes when one
+    landed a minute later. The target itself is marked too: full only with migrations settling, it frees within
     `migrationSettleS`, and once the guard no longer counts it full the pod may go there again. Left unmarked, it was
     taken for the actuator's refusal (`planner.refuse`): kept off for `refusedTargetRetryS`, and still so when a later
     refusal named it full (`full_nodes`), its ten minutes restarted."""
@@ -306,8 +306,7 @@ class Reconciler:
         self._log_demand_unknown(snap, getattr(self.state, "demand_held", {}))
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
-        accepted: list[Action] = []   # what the review accepted, and its refusals of moves to full nodes (`_unfilled`)
-        kept_off: list[Action] = []
+        kept_off: list[Action] = []   # the review's refusals of moves to full nodes (`_unfilled`)
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
             self._log_notes(unread + plan.notes)
             self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
@@ -323,8 +322,7 @@ class Reconciler:
             whole, kept_off = _guard_refusals(review.rejected)
             self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, guard=True)
             refused = [a for a, exc in review.rejected if not isinstance(exc, EmergencyStop)]
-            accepted = list(review.accepted)
-            if accepted:
+            if accepted := list(review.accepted):
                 fresh = self._observe(now, "fresh snapshot before acting: ")
                 if isinstance(fresh, CycleReport):
                     return fresh
@@ -334,7 +332,7 @@ class Reconciler:
                     self._settle(done, fresh, now)
         finally:
             self._unsent(before, plan.actions, done, refused)
-            self._unfilled(snap, accepted, kept_off, done, now)
+            self._unfilled(snap, kept_off, now)
             # this cycle's refusals and releases (`still_full`), whatever ended it: set only once the cycle got
             # through, the gauge missed those of a cycle held on a stale fresh snapshot (it returns above). Not on a
             # replica demoted meanwhile (`_lead`: `ControllerMetrics.standby` zeroed it): set again, a standby
@@ -419,19 +417,17 @@ class Reconciler:
         self.state = capacity_loop.unsent(self.state, before, [a for a in scales if a not in went],
                                           [a for a in scales if a in went])
 
-    def _unfilled(self, snap: ClusterSnapshot, accepted: list[Action], kept_off: list[Action],
-                  done: list[tuple[ActionResult, float]], now: float) -> None:
+    def _unfilled(self, snap: ClusterSnapshot, kept_off: list[Action], now: float) -> None:
         """This cycle's refusals of moves to full nodes (`kept_off`, `_guard_refusals`) let go where the guard no longer
-        counts the node full once what went out is counted (`planner.still_full` on the ledger `_settle` left), when
-        some accepted action did not go out (the fresh snapshot stale, or dropped on it, the cycle stopped, the
-        actuator failed having changed nothing): a node full only through a move the same review accepted ahead is
-        not, that move not carried out. Kept, the pod was kept off a node with room until the next cycle that plans,
-        through every hold meanwhile, and counted in gputide_migration_exclusions. Not after the cycle lost the lead
-        (`_unsent`)."""
+        counts the node full once what went out is counted (`planner.still_full` on the ledger `_settle` left): a node
+        full only through a move the same review accepted ahead is not, that move not carried out (the fresh snapshot
+        stale, or dropped on it, the cycle stopped, the actuator failed having changed nothing, or the hand-over held
+        it back, the ledger unsaved, after the guard had counted it). Kept, the pod was kept off a node with room until
+        the next cycle that plans, through every hold meanwhile, and counted in gputide_migration_exclusions. Counted
+        afresh whenever a move was kept off (one `full_nodes`, ~5 ms at 20k services), rather than judged by which
+        accepted moves went out: a move held back by the hand-over is not among the accepted. Not after the cycle
+        lost the lead (`_unsent`)."""
         if not kept_off or self._offices != self._cycle_office:
-            return
-        went = [r.action for r, _ in done if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN) or r.maybe_applied]
-        if all(a in went for a in accepted):
             return
         self.state = planner_mod.still_full(self.state, lambda: self._guard().full_nodes(snap, self.ledger, now))
 

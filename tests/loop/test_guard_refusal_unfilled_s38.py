@@ -86,3 +86,34 @@ def test_a_refusal_for_a_node_full_only_through_a_move_not_carried_out_is_let_go
         source.reads_left = 0
         assert rec.run_once().status == "fail_static"
         assert API_N1 not in rec.state.refused_targets and excluded(registry) == 0   # before: still 1
+
+
+class Unsaved:
+    """A Lease store whose writes fail: the hand-over holds back every eviction the guard accepted."""
+
+    def load_state(self) -> str:
+        return ""
+
+    def save_state(self, text: str) -> None:
+        raise ConnectionError("apiserver went away")
+
+
+def test_a_refusal_for_a_node_full_only_through_a_move_the_hand_over_held_back_is_let_go() -> None:
+    """The guard counts web-0's move (n1 full) and refuses api-0's; the ledger cannot be saved, so the hand-over moves
+    web-0's to rejected (eviction_budget): it never goes out and is not among the accepted either. Judged by which
+    accepted moves went out, none was missing and api-0 stayed kept off n1, counted in the exclusions (audit a17)."""
+    from balancer.ledger_handover import LedgerHandover
+
+    clock, registry = [T0], CollectorRegistry()
+    rec = Reconciler(source=ReadsDown(clock, two_hot), actuator=Live(), clock=lambda: clock[0],
+                     metrics=ControllerMetrics(registry),
+                     policy=BalancerPolicy(safety=SafetyPolicy(max_concurrent_migrations_per_node=2)))
+    rec.handover = LedgerHandover(Unsaved(), registry)
+    rec.ledger = SafetyLedger(migrations=((T0 - 10.0, "n2", "n1", "svc-y"),))
+    assert rec.run_once().status == "ok"
+    clock[0] = T0 + 10.0
+    report = rec.run_once()
+    assert sorted((a.workload, why) for a, why in report.rejected) == [
+        ("inference/api-0", "max_concurrent_migrations"), ("inference/web-0", "eviction_budget")]
+    assert API_N1 not in rec.state.refused_targets and API_N1 not in rec.state.full_targets
+    assert excluded(registry) == 0
