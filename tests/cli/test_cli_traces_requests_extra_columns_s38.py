@@ -5,7 +5,8 @@ Before: only a file of exactly `timestamp,value` was refused. `timestamp,value,e
 value, as a Prometheus export has), its times evenly spaced and each once, was read as one request a row and `value`
 ignored: exit 0, a trace of 100 req/s backtested as 1/60 req/s. Then (audit of b7f7d048): several series exported
 together, each time once per series, still went through as a log (its times repeated); a load generator's log at
-5 req/s, 200 ms apart, was refused and sent to --format csv, which refuses a step under 1 s.
+5 req/s, 200 ms apart, was refused and sent to --format csv, which refuses a step under 1 s. Then (audit a10
+of 58985940): that let a bare `timestamp,value` every 500 ms through too, counted as 2 req/s.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 import pytest
 
 from balancer.cli import main
+from balancer.forecast.traces import load_demand
 
 START = 1704067200   # 2024-01-01T00:00:00Z
 
@@ -22,6 +24,16 @@ START = 1704067200   # 2024-01-01T00:00:00Z
 def _run(tmp_path, capsys, trace, command):
     code = main([a.replace("{tmp}", str(tmp_path)) for a in command] + ["--trace", str(trace), "--format", "requests"])
     return code, capsys.readouterr()
+
+
+def _refused(tmp_path, capsys, trace, command, rows):
+    """The error line of a run refusing `trace` (exit 2) for its `value` column of `rows` numbers."""
+    code, out = _run(tmp_path, capsys, trace, command)
+    assert code == 2, out.err
+    line = out.err.strip().splitlines()[-1]
+    assert line.startswith(f"gputide: error: {trace}: field 'value': invalid value 'a column of {rows} numbers'; "
+                           "allowed: a requests log: one row per request, no 'value' column"), line
+    return line
 
 
 BACKTEST = ["forecast", "backtest", "--models", "persistence", "--step", "1h", "--horizons", "1h",
@@ -44,11 +56,7 @@ def test_a_demand_trace_with_extra_columns_given_as_requests_exits_2(tmp_path, c
     times = START + 60 * np.arange(3000) + rng.uniform(-5, 5, 3000)   # a scrape each minute, a little jittered
     trace = tmp_path / "t.csv"
     trace.write_text(header + "\n" + "".join(row(i, t) + "\n" for i, t in enumerate(times)))
-    code, out = _run(tmp_path, capsys, trace, command)
-    assert code == 2, out.err
-    line = out.err.strip().splitlines()[-1]
-    assert line.startswith(f"gputide: error: {trace}: field 'value': invalid value 'a column of 3000 numbers'; "
-                           "allowed: a requests log: one row per request, no 'value' column"), line
+    line = _refused(tmp_path, capsys, trace, command, 3000)
     assert "demand trace: --format csv" in line and "rename or drop `value`" in line, line
 
 
@@ -91,11 +99,7 @@ def test_several_series_exported_together_given_as_requests_exit_2(tmp_path, cap
     times = START + 60 * np.arange(3000)
     trace = tmp_path / "t.csv"
     trace.write_text(text(times))
-    code, out = _run(tmp_path, capsys, trace, command)
-    assert code == 2, out.err
-    line = out.err.strip().splitlines()[-1]
-    assert line.startswith(f"gputide: error: {trace}: field 'value': invalid value 'a column of {3000 * k} numbers'; "
-                           "allowed: a requests log: one row per request, no 'value' column"), line
+    line = _refused(tmp_path, capsys, trace, command, 3000 * k)
     assert "export one series, such as sum(...) of them, and read it with --format csv" in line, line
     assert f"each of its 3000 times given {k} times, once for each of {k} label sets ({labels}): {k} series" in line
     assert "rename or drop `value`" in line, line
@@ -111,3 +115,16 @@ def test_a_load_generator_log_finer_than_a_second_is_counted(tmp_path, capsys):
     code, out = _run(tmp_path, capsys, log, SIMULATE)
     assert code == 0, out.err
     assert (tmp_path / "o" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("command", [pytest.param(BACKTEST, id="forecast backtest"),
+                                     pytest.param(SIMULATE, id="simulate")])
+def test_a_bare_demand_trace_finer_than_a_second_given_as_requests_exits_2(tmp_path, capsys, command):
+    """`timestamp,value` every 500 ms: a demand trace, which `--format csv --step 1min` reads. Only a file with a
+    column besides timestamp and value (a model, as the load generator's above) is arrivals for its spacing under 1 s;
+    this one was counted as 2 req/s (exit 0; audit a10 of 58985940), refused before."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,value\n" + "".join(f"{START + 0.5 * i:.3f},{5000 + i % 7}\n" for i in range(7200)))
+    line = _refused(tmp_path, capsys, trace, command, 7200)
+    assert "demand trace: --format csv" in line, line
+    assert load_demand(trace, "csv", step="1min").dropna().between(5000, 5006).all()
