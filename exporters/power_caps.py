@@ -83,10 +83,15 @@ sync, then after twice as many syncs at each refusal (syncs 1, 2, 4, 8, ... afte
 two state-file writes (the refusal cleared before the Set, written back after it) every 10 s for good. While it
 waits it is not asked, nothing of it is written or logged (logged once when it starts waiting, once when a Set
 lands), and every sync fails saying so, in the same words (the GPU is still not capped). Both writes still frame each
-Set asked, and a write that failed is still written at the next sync, waiting or not. A GPU asked for anything else
-(its cap changed, given back, its entry deleted) is asked at once, and so is every GPU by a new agent (the wait is
-kept in memory only): CAP_SYS_ADMIN granted restarts the agent's pod. Any other refusal (a lost GPU, a Set past its
-deadline, a limit moved) is asked again at every sync, and ends a wait.
+Set asked, and a write that failed is still written at the next sync, waiting or not. A GPU asked for another kind
+of thing (a cap given back, its entry deleted, capped again after either) is asked at once, and so is every GPU by a
+new agent (the wait is kept in memory only): CAP_SYS_ADMIN granted restarts the agent's pod. A cap whose watts change
+keeps its wait, and is asked at the watts asked then: the controller's throttle moves a hot GPU's cap every
+``powerCooldownS`` (2 minutes), which would have kept the wait under that and logged the refusal at each change. A
+limit changed by hand (taken as the limit before, or re-capped) is asked at once too: something outside the agent
+changed. A GPU no longer asked for anything (its give-back settled another way: reset to the default, set by hand) or
+no longer on the node waits no more; one whose limit is unread keeps its wait. Any other refusal (a lost GPU, a Set
+past its deadline, a limit moved) is asked again at every sync, and ends a wait.
 
 Besides the source and the limits before, the agent remembers only what it applied since it started: a restarted
 agent applies every cap again (a limit set by hand on a GPU the source names is overwritten then). A cap whose key
@@ -127,7 +132,9 @@ REFUSED_FOR_GOOD = ("NVMLError_NoPermission", "NVMLError_NotSupported", "Remembe
 # NotSupported for anyway (`nvml_power.NOT_SUPPORTED_TTL_S`, a GPU in recovery may answer it for a while), well
 # inside the controller's caps' TTL (15 minutes) so a cap the driver allows at last still lands before it would
 # expire, while a GPU refused for days costs a Set and two state-file writes every 10 minutes, not every sync (10 s).
-# CAP_SYS_ADMIN granted restarts the agent's pod, and a new agent asks at once.
+# Reached by a hot GPU too: a cap's new watts (the controller's throttle, every `powerCooldownS`) keep its wait; only
+# another kind of request (given back, deleted, capped again) is asked at once. CAP_SYS_ADMIN granted restarts the
+# agent's pod, and a new agent asks at once.
 REFUSAL_BACKOFF_MAX_S = 600.0
 
 
@@ -178,11 +185,11 @@ AFTER = Restore(math.nan)   # a Pending kept by an earlier agent (the limits bef
 
 class Backoff(NamedTuple):
     """A GPU whose Set the driver refused for good (`REFUSED_FOR_GOOD`): what was asked (the source's entry, None
-    for a cap deleted; the watts), why it was refused, when it was last asked (the agent's sync count, its clock) and
-    how many syncs it waits from then: 1, doubled at each refusal until the wait reaches `REFUSAL_BACKOFF_MAX_S`."""
+    for a cap deleted: its kind, `_kind`, is what ends the wait, not its watts), why it was refused, when it was last
+    asked (the agent's sync count, its clock) and how many syncs it waits from then: 1, doubled at each refusal until
+    the wait reaches `REFUSAL_BACKOFF_MAX_S`."""
 
     want: Entry | None
-    watts: float
     why: str
     sync: int
     at: float
@@ -221,6 +228,11 @@ def expiring(caps: Mapping[str, Entry], until: float | None) -> dict[str, Entry]
     if until is None:
         return dict(caps)
     return {uuid: Expiring(want, until) if isinstance(want, float) else want for uuid, want in caps.items()}
+
+
+def _kind(want: Entry | None) -> str:
+    """What kind of request an entry makes, whatever its watts: a cap, a give-back (`Restore`), a deletion (None)."""
+    return "deletion" if want is None else "give-back" if isinstance(want, Restore) else "cap"
 
 
 def _watts(uuid: Any, watts: Any) -> float:
@@ -309,7 +321,7 @@ class PowerCapAgent:
             return {}
         settled = self._settle(limits)
         self._changed_by_hand(wanted, limits)
-        requests = self._backed_off(self._held_down(self._requests(wanted, limits), limits), wanted, limits)
+        requests = self._backed_off(self._held_down(self._requests(wanted, limits), limits), wanted)
         self.failed = "; ".join(self._waiting()) or None   # tried again next sync, counted failed meanwhile
         requests = self._unrefuse(requests)
         applied = self._apply(requests, wanted) if requests else {}
@@ -331,30 +343,35 @@ class PowerCapAgent:
                        "from what it returns once it does")
         return why
 
-    def _backed_off(self, requests: dict[str, float], wanted: Mapping[str, Entry],
-                    limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
+    def _backed_off(self, requests: dict[str, float], wanted: Mapping[str, Entry]) -> dict[str, float]:
         """`requests` less the GPUs waiting out a refusal for good (`Backoff`): neither asked, nor written (no
-        `_unrefuse` clear, no refusal written back), nor logged this sync; still failed (`_refusing`). Asked again
-        once the syncs it waits have begun, or `REFUSAL_BACKOFF_MAX_S` has passed since it was last asked. One asked
-        for anything else (its cap changed, given back, its entry deleted) or no longer on the node waits no more:
-        asked at once, as in a new agent (the backoff is kept in memory only)."""
+        `_unrefuse` clear, no refusal written back), nor logged this sync; still failed (`_refusing`). Asked again once
+        the syncs it waits have begun, or `REFUSAL_BACKOFF_MAX_S` has passed since it was last asked, at the watts asked
+        then. One asked for another kind of thing (`_kind`: a cap given back, its entry deleted, capped again after
+        either) waits no more: asked at once, as in a new agent (the backoff is kept in memory only); a cap's changed
+        watts keep the wait (a hot GPU's throttle moves them every ``powerCooldownS``; was: the wait never grew past
+        that, and the refusal was logged at each move); a limit changed by hand ends it (`_changed_by_hand`,
+        `_not_capped_yet`). One not asked this sync waits on only while its limit is unread and it is asked for the same
+        kind of thing: else what it waited for was settled another way (a give-back whose GPU was reset to its default
+        or set by hand; was: nothing left to ask, yet every sync failed saying the driver refuses it, for good) or the
+        GPU is gone from the node."""
         out = {}
         for uuid, watts in requests.items():
             wait = self._backoff.get(uuid)
-            if wait is not None and (wait.want, wait.watts) != (wanted.get(uuid), watts):
+            if wait is not None and _kind(wait.want) != _kind(wanted.get(uuid)):
                 del self._backoff[uuid]
             elif wait is not None and self._syncs - wait.sync < wait.gap \
                     and self.clock() - wait.at < REFUSAL_BACKOFF_MAX_S:
                 continue
             out[uuid] = watts
-        for uuid in self._backoff.keys() - requests.keys():   # not asked this sync (unread, pending, given back)
-            if self._backoff[uuid].want != wanted.get(uuid) or (limits is not None and uuid not in limits):
+        for uuid in self._backoff.keys() - requests.keys():   # not asked this sync (unread, settled, gone)
+            if uuid not in self._blind or _kind(self._backoff[uuid].want) != _kind(wanted.get(uuid)):
                 del self._backoff[uuid]
         return out
 
-    def _back_off(self, uuid: str, want: Entry | None, watts: float, why: str) -> None:
-        """`uuid`'s Set of `watts` for `want` refused for good: asked again after the next sync begins if it was not
-        waiting (logged, once), else after twice the syncs it waited (as many once it has waited the longest)."""
+    def _back_off(self, uuid: str, want: Entry | None, why: str) -> None:
+        """`uuid`'s Set for `want` refused for good: asked again after the next sync begins if it was not waiting
+        (logged, once), else after twice the syncs it waited (as many once it has waited the longest)."""
         now, was = self.clock(), self._backoff.get(uuid)
         if was is None:
             log.error("the driver refuses the power-limit Set of %s (%s): not set; asked again at the next sync, then "
@@ -363,7 +380,7 @@ class PowerCapAgent:
             gap = 1
         else:
             gap = was.gap if now - was.at >= REFUSAL_BACKOFF_MAX_S else was.gap * 2
-        self._backoff[uuid] = Backoff(want, watts, why, self._syncs, now, gap)
+        self._backoff[uuid] = Backoff(want, why, self._syncs, now, gap)
 
     def _backed_off_done(self, requests: Mapping[str, float], applied: Mapping[str, float]) -> None:
         """GPUs that waited out a refusal for good, asked this sync and not refused so again: they wait no more. One
@@ -503,7 +520,7 @@ class PowerCapAgent:
             for_good = {uuid for uuid, why in err.refused.items() if uuid in requests and uuid not in err.pending
                         and why.startswith(REFUSED_FOR_GOOD)}
             for uuid in for_good:   # logged once, not here; failed at each sync (`_refusing`)
-                self._back_off(uuid, wanted.get(uuid), requests[uuid], err.refused[uuid])
+                self._back_off(uuid, wanted.get(uuid), err.refused[uuid])
             if others := "; ".join(f"{uuid}: {why}" for uuid, why in err.refused.items() if uuid not in for_good):
                 self.failed = "; ".join(filter(None, (self.failed, f"the driver refused: {others}")))
                 log.error("power caps not applied: %s", others)
@@ -542,6 +559,7 @@ class PowerCapAgent:
             else:
                 log.info("power limit of %s lowered to %.0f W while capped at %.0f W by gputide (before: %.0f W): "
                          "never raised above it", uuid, limit.current_w, held.set_w, held.before_w)
+            self._backoff.pop(uuid, None)   # the limit changed from outside: a refused Set is asked at once
             self._keep(lambda u=uuid, w=limit.current_w: self.before.put(u, Held(w, w)))
 
     def _not_capped_yet(self, uuid: str, held: Held, want: Entry | None, limit: PowerLimit | None) -> None:
@@ -575,6 +593,7 @@ class PowerCapAgent:
             return
         log.info("power limit of %s changed to %.0f W (was %.0f W) before gputide's first cap went through: the "
                  "limit before is %.0f W", uuid, limit.current_w, held.before_w, limit.current_w)
+        self._backoff.pop(uuid, None)   # the limit changed from outside: the refused cap is asked at once
         self._keep(lambda: self.before.put(uuid, Held(limit.current_w, refused=held.refused)))
 
     def _landed(self, uuid: str, held: Held, cap_w: float, limit: PowerLimit | None) -> bool:

@@ -2,8 +2,11 @@
 forbids it; NotSupported) was asked again at every sync, forever: each sync an NVML call, a log line and, for a first
 cap, two state-file writes (the refusal cleared before the Set, 91e1bea1, and written back after it, 0c02ca1f). Now it
 is asked again at syncs 1, 2, 4, 8, ... after the first refusal (at most `REFUSAL_BACKOFF_MAX_S` apart), nothing
-asked, written or logged in between, the sync failed at each; asked at once when its cap changes or is given back,
-and no longer waiting once a Set lands. Fake NVML and an injected clock (10 s a sync, the default interval)."""
+asked, written or logged in between, the sync failed at each; asked at once when it is asked for another kind of
+thing (given back, deleted, capped again), not when its cap's watts change (audit a16: a hot GPU's throttle moves
+them every 2 minutes), and no longer waiting once a Set lands, once what it waited for is settled another way or the
+GPU is gone from the node (audit a16: failed for good). Fake NVML and an injected clock (10 s a sync, the default
+interval)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from exporters.backends.fake_nvml import (
     NVMLError_GpuIsLost,
     NVMLError_NoPermission,
     NVMLError_NotSupported,
+    NVMLError_Timeout,
 )
 from exporters.backends.nvml import NvmlBackend
 from exporters.power_caps import REFUSAL_BACKOFF_MAX_S, PowerCapAgent, Restore
@@ -116,12 +120,31 @@ def test_the_wait_grows_to_ten_minutes_and_no_further(tmp_path, monkeypatch):
     assert REFUSAL_BACKOFF_MAX_S == 600.0
 
 
-def test_a_changed_cap_is_asked_at_once_and_its_wait_starts_over(tmp_path, monkeypatch):
+def test_a_cap_whose_watts_change_at_every_sync_keeps_its_wait_and_lands_at_the_latest_watts(
+        tmp_path, monkeypatch, caplog):
+    """The controller's hotspot throttle proposes new watts for a GPU that stays hot (every ``powerCooldownS``,
+    2 minutes): each new figure reset the wait (was: never past 2 minutes, 8 Sets in 24 syncs, the ERROR logged at
+    each)."""
     node = Node(tmp_path, monkeypatch)
-    assert node.asked(4) == [1, 2, 4]   # next at 8
-    node.source.caps = {"GPU-0": 300.0}
-    assert node.asked(4) == [5, 6, 8]   # was: waited until sync 8
-    assert node.nvml.sets[-1]["GPU-0"]["pending_w"] == 300.0
+
+    def asked(syncs):
+        out = []
+        for _ in range(syncs):
+            node.source.caps = {"GPU-0": 250.0 + node.count + 1}   # new watts at every sync
+            asked, _ = node.sync()
+            if asked:
+                out.append(node.count)
+                assert node.nvml.sets[-1]["GPU-0"]["pending_w"] == 250.0 + node.count   # the watts asked then
+            node.failed.add(node.agent.failed)
+        return out
+
+    with caplog.at_level(logging.ERROR, logger="exporters.power_caps"):
+        assert asked(16) == [1, 2, 4, 8, 16]   # was every sync, 1 to 16
+    assert len(node.failed) == 1 and "GPU-0 (NVMLError_NoPermission" in node.failed.pop()   # the same words
+    assert len([r for r in caplog.records if r.name == "exporters.power_caps"]) == 1   # logged once, not at each
+    del node.gpu.fail[SET]   # the driver allows it at last: the next Set asked lands, at the watts asked then
+    assert asked(16) == [32]
+    assert node.gpu.limit_mw == 282 * W and node.agent.failed is None
 
 
 def test_a_cap_given_back_and_asked_again_is_asked_at_once(tmp_path, monkeypatch):
@@ -131,6 +154,35 @@ def test_a_cap_given_back_and_asked_again_is_asked_at_once(tmp_path, monkeypatch
     node.sync()
     node.source.caps = {"GPU-0": 250.0}
     assert node.asked(2) == [7, 8]   # was: 8 only
+
+
+def capped_then_refused(tmp_path, monkeypatch):
+    """A node whose GPU-0 runs at gputide's 250 W cap (sync 1), its new cap of 200 W refused at syncs 2 and 3: asked
+    next at sync 5."""
+    node = Node(tmp_path, monkeypatch)
+    del node.gpu.fail[SET]
+    node.sync()
+    assert node.gpu.limit_mw == 250 * W
+    node.gpu.fail[SET], node.source.caps = NVMLError_NoPermission, {"GPU-0": 200.0}
+    assert [node.sync()[0] for _ in range(2)] == [1, 1]
+    return node
+
+
+def test_a_cap_deleted_while_its_new_watts_wait_is_given_back_at_once(tmp_path, monkeypatch):
+    """Another kind of request (here a give-back, the entry deleted) ends the wait where new watts do not."""
+    node = capped_then_refused(tmp_path, monkeypatch)
+    node.source.caps = {}   # released: given back to the limit before
+    assert node.sync()[0] == 1   # sync 4: asked at once
+    del node.gpu.fail[SET]
+    assert node.sync()[0] == 1   # sync 5: its wait started over (one sync), and it lands
+    assert node.gpu.limit_mw == 700 * W and node.agent.failed is None
+
+
+def test_a_limit_changed_by_hand_while_a_cap_waits_asks_it_at_once(tmp_path, monkeypatch):
+    """Something outside the agent changed the GPU (here raised above gputide's cap: lost, capped again)."""
+    node = capped_then_refused(tmp_path, monkeypatch)
+    node.gpu.limit_mw = 300 * W   # nvidia-smi -pl 300
+    assert node.sync()[0] == 1 and node.agent.lost == {"GPU-0"}   # sync 4: asked at once (was: at 5)
 
 
 def test_a_set_that_lands_at_last_waits_no_more_and_says_so_once(tmp_path, monkeypatch, caplog):
@@ -157,6 +209,60 @@ def test_a_refusal_not_for_good_is_asked_again_at_every_sync_and_ends_the_wait(t
     assert node.asked(2) == [1, 2]   # next at 4
     node.gpu.fail[SET] = NVMLError_GpuIsLost   # may pass: asked at every sync, as any refused Set
     assert node.asked(4) == [4, 5, 6]
+    assert "GpuIsLost" in node.agent.failed and "NoPermission" not in node.agent.failed   # its wait ended
+
+
+@pytest.mark.parametrize("give_back", [{"GPU-0": Restore(250.0)}, {}], ids=["restore", "deleted"])
+def test_a_give_back_settled_another_way_while_it_waits_fails_no_more(tmp_path, monkeypatch, give_back):
+    """A give-back whose Set is refused, then the GPU reset (or set to its default by hand): nothing is left to give
+    back, nothing is asked (the GPU forgotten), and the sync fails no more (was: failed for good, saying the driver
+    refuses the Set of GPU-0: GputidePowerCapAgentFailing firing for a GPU with nothing to do)."""
+    node = Node(tmp_path, monkeypatch)
+    del node.gpu.fail[SET]
+    node.sync()
+    assert node.gpu.limit_mw == 250 * W and node.agent.failed is None
+    node.gpu.fail[SET], node.source.caps = NVMLError_NotSupported, give_back
+    assert node.sync()[0] == 1 and "GPU-0 (NVMLError_NotSupported" in node.agent.failed   # waiting
+    node.gpu.limit_mw = 700 * W   # a GPU reset, or nvidia-smi -pl 700: at the limit before gputide's cap
+    assert node.sync() == (0, 1) and node.agent.failed is None   # the GPU forgotten: one write
+    assert json.loads(node.state.read_text()) == {}
+    for _ in range(3):
+        assert node.sync() == (0, 0) and node.agent.failed is None
+
+
+class GpusGone:
+    """The NVML target, less the GPUs in `gone` (replaced, or no longer on the node)."""
+
+    def __init__(self, target):
+        self.target, self.gone = target, set()
+
+    def apply_power_caps(self, caps):
+        return self.target.apply_power_caps(caps)
+
+    def power_limits(self):
+        return {uuid: limit for uuid, limit in self.target.power_limits().items() if uuid not in self.gone}
+
+    def returned_sets(self):
+        return self.target.returned_sets()
+
+
+def test_a_gpu_gone_from_the_node_while_it_waits_fails_no_more(tmp_path, monkeypatch):
+    node = Node(tmp_path, monkeypatch)
+    node.agent.target = target = GpusGone(node.agent.target)
+    assert node.asked(2) == [1, 2]   # next at 4
+    target.gone = {"GPU-0"}   # the entry names a GPU the node has no more: ignored (logged once)
+    for _ in range(3):
+        assert node.sync() == (0, 0) and node.agent.failed is None   # was: failed, saying the driver refuses it
+
+
+def test_a_gpu_whose_limit_is_unread_keeps_its_wait(tmp_path, monkeypatch):
+    node = Node(tmp_path, monkeypatch)
+    assert node.asked(5) == [1, 2, 4]   # next at 8
+    node.gpu.fail["nvmlDeviceGetPowerManagementLimit"] = NVMLError_Timeout
+    assert node.sync()[0] == 0   # sync 6: not asked, its limit unread (judged on no limit: blind)
+    assert "could not be read" in node.agent.failed and "GPU-0 (NVMLError_NoPermission" in node.agent.failed
+    del node.gpu.fail["nvmlDeviceGetPowerManagementLimit"]
+    assert node.asked(3) == [8]   # not asked at once at sync 7, as if its wait had ended
 
 
 def test_a_refusal_whose_write_failed_is_written_at_the_next_sync_though_the_gpu_waits(tmp_path, monkeypatch):
