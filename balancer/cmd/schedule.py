@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -69,7 +68,14 @@ from balancer.cmd._args import (
     parse_interval,
     stop_file,
 )
-from balancer.cmd.run import STALE_FLOOR_S, cluster_name, lease_elector, lease_out_of_reach, prometheus_url
+from balancer.cmd.run import (
+    STALE_FLOOR_S,
+    cluster_name,
+    lease_elector,
+    lease_out_of_reach,
+    prometheus_url,
+    stopped_by_signals,
+)
 from balancer.config import BalancerPolicy
 from balancer.errors import ActuationError, InputError
 
@@ -323,25 +329,19 @@ def run(args: argparse.Namespace) -> int:
                                    term=lambda: elector.terms if elector is not None else 0,
                                    emergency_stop=emergency)
 
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("signal %s: stopping before the next pod, then releasing the Lease", signum)
-        scheduler.stop()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     log.info("from SIGTERM to exit at most %.0f s (terminationGracePeriodSeconds must cover it)",
              stop_budget_s(scheduler, getattr(elector, "api", None)))
-    try:
-        if elector is not None:   # renewed from its own thread however long a pass runs; released on the way out
-            elector.start()
-        if args.once:
-            return one_shot(scheduler, leading, elector)
-        return serve(args, scheduler, placer, leading, interval)
-    finally:
-        if elector is not None:   # first: the next leader need not wait for the watches to close
-            elector.release()
-        scheduler.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with stopped_by_signals(scheduler.stop, "stopping before the next pod, then releasing the Lease"):
+        try:
+            if elector is not None:   # renewed from its own thread however long a pass runs; released on the way out
+                elector.start()
+            if args.once:
+                return one_shot(scheduler, leading, elector)
+            return serve(args, scheduler, placer, leading, interval)
+        finally:
+            if elector is not None:   # first: the next leader need not wait for the watches to close
+                elector.release()
+            scheduler.close()
 
 
 def emergency_stop(args: argparse.Namespace) -> EmergencyStop:

@@ -18,7 +18,6 @@ from balancer.actuate.k8s_gang import GROUP_LABEL
 from balancer.actuate.k8s_scheduler import SecondaryScheduler
 from balancer.app.scheduling import EnginePlacer
 from balancer.cli import main
-from balancer.cmd import schedule as schedule_cmd
 
 
 def bound(kube: FakeKube) -> list[str]:
@@ -158,7 +157,7 @@ def test_sigterm_mid_pass_binds_no_further_pod_and_releases_the_lease(kube, kube
     flight: it exits 0 without binding `second` or preempting for `big`, and the Lease is free for the standby."""
     a_cluster(kube)
     handlers = {}
-    monkeypatch.setattr(schedule_cmd.signal, "signal", lambda sig, handler: handlers.setdefault(sig, handler))
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: handlers.setdefault(sig, handler))
     kube.before("POST", r"/binding$", lambda: handlers[signal.SIGTERM](signal.SIGTERM, None))
 
     assert main(["schedule", "--kubeconfig", kubeconfig, "--policy", "bestfit", "--leader-elect",
