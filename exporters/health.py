@@ -67,14 +67,9 @@ collection did. Either way a cap is recorded as set
 only once the call that set it has returned (`exporters.power_caps`), so one stuck when the kubelet restarts the
 pod is applied again by the next agent.
 
-A scrape's answer is the only collection a scraper sees, so what a collection said reached Prometheus only once
-a scrape was answered with it: `CollectHealth` numbers its collections in the order they began and keeps the
-highest number a scrape's answer carried (`served_seq`: the collection made for it, or the last complete one served
-instead; counted as the answer is made, before it is written, so a scrape Prometheus abandoned meanwhile counts
-too), and `current_collection()` tells code running inside a collection which one it is (its number, when it
-began). The kubelet's pod attribution (`exporters.podresources`) reads both: a collection that outran the timeout,
-or the first collection (made for no scrape), has published nothing, and pods are dropped only after one that said
-the kubelet was silent was served.
+`current_collection()` tells code running inside a collection which one it is (its number, when it began): the
+kubelet's pod attribution (`exporters.podresources`) times its grace from collection starts and reads from
+`last_complete` whether a scrape can still be answered with a collection from before the kubelet fell silent.
 
 dcgm-exporter's ``/health`` answers from its own state without asking DCGM (and never fails for a stuck read);
 node-exporter's probes ask for its landing page, which reads nothing either.
@@ -114,7 +109,7 @@ class Collection:
     """One run of the registry's collectors (in a thread of its own) and what it gave."""
 
     started: float
-    seq: int = 0   # its number: collections are numbered from 1 in the order they began (`CollectHealth.served_seq`)
+    seq: int = 0   # its number: collections are numbered from 1 in the order they began
     done: threading.Event = field(default_factory=threading.Event)
     families: list[Metric] = field(default_factory=list)
     body: bytes = b""
@@ -175,8 +170,6 @@ class CollectHealth:
         self.last_complete: Collection | None = None
         self.timeouts = 0
         self._began = 0   # collections begun: the last one's number
-        # the highest number of a collection a scrape was answered with (`served`): what it said reached a scraper
-        self.served_seq = 0
 
     def begin(self) -> int:
         with self._lock:
@@ -257,13 +250,6 @@ class CollectHealth:
                 raise run.error
         return self._instead_of(run), False
 
-    def served(self, run: Collection) -> None:
-        """A scrape is answered with `run` (`TrackedCollector.exposition`): whatever it said is published. Only the
-        first scrape of a collection takes the lock; the others compare two ints."""
-        if run.seq > self.served_seq:
-            with self._runs:
-                self.served_seq = max(self.served_seq, run.seq)
-
     def _collect(self, source: Collector, run: Collection, token: int) -> None:
         _collecting.at = (self, run)   # this thread runs `run` alone (`current_collection`)
         try:
@@ -330,8 +316,7 @@ class TrackedCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The families of a collection made for this call; `CollectTimeout` when it outran the timeout (the last
-        complete exposition is `exposition`'s to serve: its families may have changed since). Not counted as served
-        (`CollectHealth.served`): `first_collection` reads it for no scrape."""
+        complete exposition is `exposition`'s to serve: its families may have changed since)."""
         run, fresh = self.health.run(self.inner)
         if not fresh:
             raise CollectTimeout(f"collection timed out after {self.health.collect_timeout_s:g} s")
@@ -341,17 +326,13 @@ class TrackedCollector(Collector):
         """The text a scrape answers with: a collection's (this one's, or the last complete one while recent
         enough), then the exporter's own series about its collections."""
         run, _ = self.health.run(self.inner)
-        # counted before the answer is written: a scrape Prometheus abandoned meanwhile (a --collect-timeout above its
-        # scrape_timeout) counts as served though what `run` said reached no one (`exporters.podresources`)
-        self.health.served(run)
         return run.body + render_families(self.health.families(self.health.clock() - run.started))
 
 
 def current_collection() -> tuple[CollectHealth, Collection] | None:
     """(the `CollectHealth` whose collection this thread runs, that collection: its `seq`, its `started` on
     `health.clock`), else None: code not run by `CollectHealth.run` (a registry rendered directly, as tests and the
-    simulated exporter's callers may). What a collection said reached a scraper once `health.served_seq` is at least
-    its number."""
+    simulated exporter's callers may)."""
     return getattr(_collecting, "at", None)
 
 

@@ -49,58 +49,24 @@ drivers (`compute-domain.nvidia.com`'s IMEX channels) are ignored; those of `gpu
   here (`_messages`): only the fields gputide reads, by their numbers in the kubelet's API (protobuf skips the
   rest, so newer kubelets with more fields answer the same, and older ones without a field answer it empty).
 * `PodAttribution(client, grace_s)`: turns the answer into `WorkloadInfo`s for this node's GPUs. If the kubelet
-  does not answer (restarting, socket not mounted, permission denied), the last answer is kept for `grace_s`
-  seconds (on a monotonic clock: a wall clock stepped by NTP moves no grace), counted not from the kubelet's last
-  answer but from the first collection of this outage that began once another of it had completed (in
-  `gputide exporter`, usually the second failed collection; in a registry rendered directly, below, the first),
-  from when it began to when a later one began (`PodAttribution.began`: the collection's own start where
-  `CollectHealth.run` runs it, else before its GPU reads, whose time varies: `Attributed.read`), and then
-  dropped, so a lasting outage shows as no attribution rather than as frozen pods; it is dropped only by a
-  collection after a scrape was answered with one that failed (it said up 0 with the kept pods), never by the
-  first (with `grace_s` 0 too). Why: dropped in the scrape that first said
-  `gputide_pod_resources_up` 0, Prometheus' remote write with several shards could deliver the pods' stale
-  markers before up 0 (up to its `batch_send_deadline`, 5 s, apart), and the controller, which reads pod
-  attribution with up 0 (`gpu:pod_attribution_down:bool`), saw GPUs with no pods and no up 0 for a moment: free.
-  What holds: every scraper whose scrapes of this exporter are answered at least every `grace_s` (each Prometheus
-  of an HA pair counted alone) gets at least one scrape with up 0 and the kept pods before they go: from when the
-  grace is counted on, every scrape is answered with a collection of this outage (the running one, or the last
-  complete one served instead: `exporters.health`), never with one from before it, and such a scraper's last
-  answered scrape before the collection that drops the pods comes within `grace_s` of that collection's start, so
-  after the grace began. Answered: a scrape that failed (a 503, the collection outran `--serve-stale-for` too; a
-  500, it raised) carries nothing, and Prometheus marks every series of the target stale at once, as for an
-  exporter that restarted; a scraper whose only scrape in the grace failed may go from up 1 with the pods to up 0
-  without them. A scrape Prometheus abandoned (a `--collect-timeout` above its scrape_timeout) fails for it too,
-  yet counts as answered below (`CollectHealth.served`). Counted from the first failed collection, an HA pair
-  lost it: that collection outran `--collect-timeout`, both scrapers' next scrapes got the last complete one (up
-  1, the pods), one then got up 0 with the pods, and the other, scraping every `grace_s`, next got up 0 without
-  them. Not for a scraper answered less often than every `grace_s`, nor for
-  `grace_s` 0 with several scrapers (the pods go in the failed collection after the one begun once a failed one
-  had completed, usually the third, once a scrape carried up 0; rendered without `CollectHealth`, the first after
-  a scrape carried it): only a scraper that was answered with up 0 before it is sure to get it, another may go
-  from up 1 with the pods to up 0 without them in one scrape. A failed collection that no scrape
-  was answered with published nothing: one that outran `--collect-timeout` (scrapes got the last complete one
-  instead, `exporters.health`) or the one the exporter makes as it starts, for no scrape. So "a scrape was
-  answered with it" is what counts (`CollectHealth.served_seq`, `exporters.health.current_collection`): until a
-  scrape carried up 0 of this outage, later failed collections keep the pods with up 0 however long past `grace_s`
-  (counted as above); collected other than through `CollectHealth.run` (a registry rendered directly), each
-  collection is its caller's answer. An answer already older than `grace_s` + the longest a scrape may carry a
-  collection after it began (`--serve-stale-for`, `--collect-timeout`, or `grace_s` itself, whichever is longest:
-  2 x `grace_s`, 120 s, in `gputide exporter` unless either flag is longer) when the first failed collection began
-  (no collection reached the kubelet for that long: Prometheus away, or NVML busy or stuck, collections failing
-  before they ask it; with `grace_s` 0 and no `CollectHealth`, any answer) goes at the next failed collection once
-  up 0 was served, still never at the first. Kept `grace_s` more, an hour-old answer's pods, some long gone, were
-  billed that much longer (`gpu_pod:attribution:share` does not read up); and
-  no scraper answered at least every `grace_s` is owed them: its last answered scrape before that collection
-  carried one that asked the kubelet, and it answered (a collection that failed before asking it is never served),
-  begun at most `--serve-stale-for` (served instead of a late one) or `--collect-timeout` (a running one it waited
-  for) before the scrape, itself at most `grace_s` before the first failed collection. Bound by 2 x `grace_s`
-  alone, `--serve-stale-for 10m` with NVML busy 200 s (scrapes served the last complete collection throughout)
-  dropped the pods at the collection after the first failed one, and a scraper answered every `grace_s` went from
-  up 1 with the pods to up 0 without them. It also collects its own health:
-  `gputide_pod_resources_up`, `gputide_pod_resources_last_success_timestamp_seconds` and
-  `gputide_pod_resources_unmatched_devices` (device IDs of a GPU or MIG resource, and DRA devices of a GPU driver,
-  that match no GPU of this exporter: another node's, a MIG device NVML does not know, an ID format or device name
-  not known here; each logged once).
+  does not answer (restarting, socket not mounted, permission denied), the last answer is kept, then dropped, so a
+  lasting outage shows as GPUs without pods rather than frozen pods. The rule, on a monotonic clock (an NTP step
+  moves no grace), each collection timed from its own start (`PodAttribution.began`): T is the start of the first
+  silent collection begun after another silent one had completed (`CollectHealth.last_complete`; rendered without
+  `CollectHealth`, the first silent one). The pods are dropped at a silent collection begun more than `grace_s`
+  after T, or at any from T on where the kept answer was already older than `grace_s` + the longest of `grace_s`,
+  `--serve-stale-for` and `--collect-timeout` when the outage began (`_carried_for_s`: no collection reached the
+  kubelet for that long, and its pods, some gone, would be billed `grace_s` longer); never at the outage's first.
+  The promise: a scraper answered at least every `grace_s` (each Prometheus of an HA pair alone) gets a scrape with
+  `gputide_pod_resources_up` 0 and the pods before they go, so up 0 is written before their stale markers, which
+  remote write's shards may deliver seconds ahead of a sample of the same scrape (the controller, reading the pods
+  with up 0, would see the GPUs free). From T on every answer is a collection of this outage (`exporters.health`),
+  and such a scraper's last one before the drop came after T; an answer that old reached no such scraper (a scrape
+  carries a collection at most that longest after it began). A failed scrape (503, 500) carries nothing: Prometheus
+  marks every series stale at once. It also collects its own health: `gputide_pod_resources_up`,
+  `gputide_pod_resources_last_success_timestamp_seconds` and `gputide_pod_resources_unmatched_devices` (device IDs
+  of a GPU or MIG resource, and DRA devices of a GPU driver, that match no GPU of this exporter: another node's, a
+  MIG device NVML does not know, an ID format or device name not known here; each logged once).
 * Pods that have finished: kubelets list a pod's devices until the pod object is gone, Succeeded and Failed ones
   included (kubernetes#119423; newer kubelets leave terminal pods out), and `List` says nothing
   of a pod's phase, UID or start. So a GPU whose Job pod completed still names that pod, and once the device plugin
@@ -143,7 +109,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from exporters.backends.base import MIG_GPU_UNKNOWN, GpuIdentity, GpuReadings, MigLookup, WorkloadInfo
 from exporters.backends.nvml_mig import gpu_instance_profile
-from exporters.health import CollectHealth, current_collection
+from exporters.health import CollectHealth, Collection, current_collection
 
 log = logging.getLogger(__name__)
 
@@ -357,14 +323,10 @@ class PodAttribution:
         self._answered_at = float("nan")   # ... on `clock` (timed)
         self._up = False
         self._unmatched = self._unresolved = 0
-        self._failing_since: float | None = None
-        # (the health, the number) of the first failed collection of this outage, where `CollectHealth.run` ran it
-        self._down_in: tuple[CollectHealth, int] | None = None
-        # when the first collection of this outage began that began after one of it had completed (on `clock`): from
-        # then on every scrape is answered with a collection of this outage (`_down_for_all`)
-        self._down_for_all_from: float | None = None
-        # the kept answer was over grace_s + `_carried_for_s()` old when the first failed collection began
-        self._stale_kept = False
+        self._failing_since: float | None = None   # when the first silent collection of this outage began
+        # the health and the first silent collection, where `CollectHealth.run` ran it
+        self._down_in: tuple[CollectHealth, Collection] | None = None
+        self._down_for_all_from: float | None = None   # T (module docstring), on `clock`
         # (namespace, pod, resource, device ID) -> the number of the kubelet answer it first appeared in
         self._first_seen: dict[tuple[str, str, str, str], int] = {}
         self._answers = 0   # kubelet answers so far: an order no clock step can upset
@@ -380,42 +342,34 @@ class PodAttribution:
                                 for c in (_claim(a) for a in self._last if not a.claim)}
         except grpc.RpcError as exc:
             self._up = False
-            since = self._failing_since   # the first failed collection of this outage, if an earlier one was
-            published_down = since is not None and self._down_published()   # a scrape said up 0 since
-            if since is None:
-                since = self._failing_since = now
-                at = current_collection()
-                self._down_in, self._down_for_all_from = None if at is None else (at[0], at[1].seq), None
-                # no collection reached the kubelet for that long (Prometheus away, NVML busy): no scraper answered
-                # every grace_s is owed the pods, and an old answer kept grace_s longer bills departed pods (module
-                # docstring)
-                self._stale_kept = now - self._answered_at > self.grace_s + self._carried_for_s()
+            first = self._failing_since is None
+            if first:
+                self._failing_since, self._down_in, self._down_for_all_from = now, current_collection(), None
                 log.warning("kubelet PodResources at %s not answering (%s); keeping the last answer (%.0f s old) "
                             "for %s", getattr(self.client, "socket", "?"),
                             exc.code() if hasattr(exc, "code") else exc, now - self._answered_at,
-                            "this collection only" if self._stale_kept else f"{self.grace_s:.0f} s")
+                            "one more collection" if self._stale_kept() else f"{self.grace_s:.0f} s")
             if self._down_for_all_from is None and self._down_for_all():
-                self._down_for_all_from = now if self._down_in is not None else since
-            # grace counted from when every scrape is answered with a collection of this outage, not from the last
-            # answer nor from the first failed collection (served the last complete one instead, it left a scraper
-            # with up 1 and the pods): a scraper's last scrape before the drop comes after it (module docstring)
-            if self._last is not None and published_down and (
-                    self._stale_kept or (self._down_for_all_from is not None
-                                         and now - self._down_for_all_from > self.grace_s)):
+                self._down_for_all_from = now
+            since = self._down_for_all_from   # T: the rule and why, module docstring
+            if self._last is not None and not first and since is not None and (
+                    self._stale_kept() or now - since > self.grace_s):
                 log.error("kubelet PodResources silent for %.0f s (%.0f s since it last answered): GPUs are "
-                          "published without their pods", now - since, now - self._answered_at)
+                          "published without their pods", now - self._failing_since, now - self._answered_at)
                 self._last = None
             return self._last or []
         self._up, self._answered_at, self._last_ok, self._failing_since = True, self.clock(), self.wall(), None
         return self._last
 
+    def _stale_kept(self) -> bool:
+        """The kept answer was over `grace_s` + `_carried_for_s()` old when the outage began (module docstring)."""
+        return self._failing_since is not None and (
+            self._failing_since - self._answered_at > self.grace_s + self._carried_for_s())
+
     def _carried_for_s(self) -> float:
         """The longest a scrape may carry a collection after it began, where `CollectHealth.run` runs this one:
         `--serve-stale-for` (the last complete one, served instead of a late one) or `--collect-timeout` (a running one
-        the scrape waited for), at least `grace_s`. Bound by `grace_s` alone (2 x `grace_s` with the grace), a
-        `--serve-stale-for` over `grace_s` dropped the pods of an answer that a scraper answered every `grace_s` was
-        still carrying with up 1 (NVML busy, collections failing before they ask the kubelet). Collected other than
-        through `CollectHealth.run`, each collection is its caller's answer: `grace_s`."""
+        the scrape waited for), at least `grace_s`; rendered without `CollectHealth`, `grace_s`."""
         if self._down_in is None:
             return self.grace_s
         health = self._down_in[0]
@@ -433,28 +387,15 @@ class PodAttribution:
             return at[1].started
         return self.clock()
 
-    def _down_published(self) -> bool:
-        """Whether a scrape was answered with a collection of this outage (each says up 0 and keeps the pods): one
-        numbered at least as the first failed collection (`CollectHealth.served_seq`). One that outran the timeout
-        was served the last complete one instead, and the first collection was made for no scrape: neither
-        published its up 0. Collected other than through `CollectHealth.run` (a registry rendered directly), each
-        collection is its caller's answer: an earlier failed one is published."""
-        if self._down_in is None:
-            return True
-        health, first = self._down_in
-        return health.served_seq >= first
-
     def _down_for_all(self) -> bool:
-        """Whether a collection of this outage had completed before this one began (`CollectHealth.last_complete`
-        is one numbered at least as the first failed collection; it changes only as a collection ends, and this one
-        runs): a scrape from now on is answered with this one, a later one, or the last complete one (this outage's),
-        never with one from before the outage. Collected other than through `CollectHealth.run`, each collection is
-        its caller's answer: from the first failed collection on."""
+        """Whether a silent collection had completed before this one began (`CollectHealth.last_complete` is the
+        first silent one or later; it changes only as a collection ends, and this one runs): from now on a scrape is
+        answered with a collection of this outage. Rendered without `CollectHealth`: from the first silent one on."""
         if self._down_in is None:
             return True
         health, first = self._down_in
         last = health.last_complete
-        return last is not None and last.seq >= first
+        return last is not None and last.seq >= first.seq
 
     def _settled(self, allocations: list[Allocation]) -> list[Allocation]:
         """`allocations` less the claims on a device ID that a pod which appeared later claims too (module

@@ -1,8 +1,7 @@
-"""A silent kubelet's kept pods go only in a collection after one whose `gputide_pod_resources_up` 0 a scrape was
-answered with. The rule was "after a collection that already failed", but a failed collection that outran the
-collection timeout is answered with the last complete one instead (`exporters.health`): its up 0 reached no
-scraper, and the next collection, past `grace_s`, dropped the pods in the very scrape that first said up 0, which
-the rule is there to prevent (remote write may deliver the pods' stale markers before up 0).
+"""A silent kubelet's kept pods through `CollectHealth` (`exporters.podresources`): a scraper answered at least every
+`grace_s` gets up 0 with the pods before they go, where a silent collection that outran the collection timeout was
+answered with the last complete one instead (up 1, the pods), where a scraper is one of an HA pair, and where the
+answer was carried long (NVML busy).
 
 No test here waits out a timeout: a scrape's wait for a hung collection lets the test's clock move by the timeout
 at once (`Waits`); real waits are bounded ones for a released collection to end."""
@@ -122,26 +121,25 @@ class Exporter:
 
 
 @pytest.mark.parametrize("grace_s", [60.0, 0.0])
-def test_a_first_failed_collection_that_timed_out_keeps_the_pods_until_a_scrape_said_up_0(grace_s):
+def test_a_first_failed_collection_that_timed_out_keeps_the_pods_for_the_next_scrape(grace_s):
     """Scrapes every 90 s. The first collection after the kubelet fell silent reads a slow GPU and outruns the
     timeout: its scrape gets the last complete collection (up 1, the pods), and its own up 0 is served to nobody.
-    The next collection, 90.5 s after the first failure (past grace_s), dropped the pods: the scraper went from up 1
-    with them to up 0 without them. Now it keeps them with up 0, and the one after drops them."""
+    Timed from the first failure, the next collection (90.5 s later, past grace_s) dropped the pods: the scraper
+    went from up 1 with them to up 0 without them. It keeps them with up 0, and the one after drops them."""
     exporter = Exporter(grace_s)
     assert exporter.scrape(1000) == ({"train-0"}, 1, 0)
     exporter.kubelet.silent = exporter.backend.hang = True
     assert exporter.scrape(1090) == ({"train-0"}, 1, 90.5)   # the last complete one, served stale
     exporter.unhang()   # the first failed collection ends: up 0 with the pods, served to no scrape
-    assert exporter.health.served_seq == 1
     assert exporter.scrape(1180) == ({"train-0"}, 0, 0)   # the first up 0 a scrape carries: the pods still in it
     assert exporter.scrape(1270) == (set(), 0, 0)
     assert exporter.scrape(1360) == (set(), 0, 0)
 
 
-def test_a_timed_out_failed_collection_served_stale_later_has_published_its_up_0():
+def test_a_timed_out_failed_collection_served_stale_later_starts_the_grace_with_the_next():
     """The first failed collection outran the timeout, then was served stale to the next scrape (whose own
-    collection outran it too): its up 0 with the pods reached that scraper, so the collection running meanwhile,
-    past grace_s, drops them."""
+    collection, begun at 1180 once the first had ended, outran it too): the grace counts from 1180, and the next
+    collection, past grace_s of it, drops the pods."""
     exporter = Exporter(60.0)
     exporter.scrape(1000)
     exporter.kubelet.silent = exporter.backend.hang = True
@@ -149,15 +147,13 @@ def test_a_timed_out_failed_collection_served_stale_later_has_published_its_up_0
     exporter.unhang()
     exporter.backend.hang, exporter.backend.release = True, threading.Event()
     assert exporter.scrape(1180) == ({"train-0"}, 0, 90.5)   # the first failed collection, served stale
-    assert exporter.health.served_seq == 2
     exporter.unhang()
     assert exporter.scrape(1270) == (set(), 0, 0)
 
 
-def test_only_a_collection_a_scrape_was_answered_with_counts_as_served():
-    """`served_seq`: the first collection (made as the exporter starts, for no scrape) is not served, a scrape's
-    own is, and so is the last complete one served instead of one that outran the timeout; `current_collection`
-    names the collection its thread runs (its number, when it began), and nothing outside one."""
+def test_current_collection_names_the_collection_its_thread_runs():
+    """`current_collection` names the collection its thread runs (its number, when it began): the first collection
+    (made as the exporter starts), a scrape's own, one that outran the timeout, and nothing outside one."""
     exporter = Exporter(60.0)
     seen: list[tuple[CollectHealth, int, float]] = []
     real_read = exporter.backend.read
@@ -169,15 +165,13 @@ def test_only_a_collection_a_scrape_was_answered_with_counts_as_served():
 
     exporter.backend.read = read   # type: ignore[method-assign]
     first_collection(exporter.tracked).join(BOUND_S)
-    assert exporter.health.served_seq == 0 and seen == [(exporter.health, 1, 1000)]
+    assert seen == [(exporter.health, 1, 1000)]
     exporter.scrape(1010)
-    assert exporter.health.served_seq == 2
     exporter.backend.hang = True
-    exporter.scrape(1020)   # collection 3 outran the timeout: 2 served again
-    assert exporter.health.served_seq == 2
+    exporter.scrape(1020)   # collection 3 outran the timeout
     exporter.unhang()
     exporter.scrape(1030)
-    assert exporter.health.served_seq == 4 and [s[1:] for s in seen] == [(1, 1000), (2, 1010), (3, 1020), (4, 1030)]
+    assert [s[1:] for s in seen] == [(1, 1000), (2, 1010), (3, 1020), (4, 1030)]
     assert current_collection() is None
 
 
@@ -218,7 +212,6 @@ def test_a_first_failed_collection_served_stale_late_starts_no_grace_for_an_ha_p
     exporter.unhang()
     exporter.backend.hang, exporter.backend.release = True, threading.Event()
     assert exporter.scrape(1035) == ({"train-0"}, 0, 25.5)   # A: the first failed collection, served stale
-    assert exporter.health.served_seq == 3
     exporter.unhang()
     assert exporter.scrape(1080) == ({"train-0"}, 0, 0)   # B
     assert exporter.scrape(1100) == (set(), 0, 0)   # A: over 60 s after 1035
