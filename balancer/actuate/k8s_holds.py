@@ -52,6 +52,7 @@ from balancer.actuate.k8s_preempt import (
     makes_room,
     mig_asked,
     model_allows,
+    room_coming,
 )
 from balancer.actuate.k8s_reads import Usage
 from balancer.actuate.k8s_stuck import stuck_said, stuck_victims, tell_stuck
@@ -235,10 +236,12 @@ class Holds:
             return ""
         node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
         running = {u.key for u in bound.get(node, ())}
-        going = {u.key for u in bound.get(node, ()) if u.terminating}   # a pod made again under its name is not
+        # whose room is coming: not a pod made again under its name, nor one stuck past its grace (asked only of
+        # the pods it waits for, `AWAITED`: `Preemptor.resume`)
+        going = {u.key for u in bound.get(node, ()) if room_coming(u, self.preemptor.clock())}
         left = sorted(set(entry.get(LEFT, ())) & running)
-        if not makes_room(view[i], req, self._leaving(view[i])):   # those evicted already are not spared
-            return self._room_taken(req, i, view, offers, left)
+        if not makes_room(view[i], req, leaving := self._leaving(view[i])):   # those evicted already are not spared
+            return self._room_taken(req, i, view, offers, left, stuck=self._stuck_awaited(req, view[i], leaving))
         refusal = self._refusal(req, i, view, offers)
         if refusal is not None and left:   # cordoned, tainted, relabelled since: no one is evicted for nothing
             if self._only_hot(req, view[i]):   # the controller's taint, lapsing on its own: the room is kept
@@ -268,10 +271,11 @@ class Holds:
         return f" preemption: {did}{self._left_said(node, done)}."
 
     def _room_taken(self, req: Json, i: int, view: list[Json], offers: Offers, victims: list[str],
-                    refusal: str | None = None) -> str:
+                    refusal: str | None = None, stuck: Collection[str] = ()) -> str:
         """`req`'s victims on node i no longer make room for it there (`resume`): others took the room its
         evictions made, or hold it (a more important pod bound there, its hold not being held against it, or
-        holding it; a pod someone else bound there); or, with victims left to evict, the node no longer admits it
+        holding it; a pod someone else bound there); or a pod it only waited for is `stuck` past its grace
+        (`_stuck_awaited`: said so, not "others took" it); or, with victims left to evict, the node no longer admits it
         (`refusal`: cordoned, tainted, relabelled since its preemption began; kube-scheduler too lets a pod whose
         nominated node became unresolvable preempt elsewhere). None of the `victims` (those left to evict, still
         there) is evicted (killed for room it would not get), the node is given back and its nomination cleared:
@@ -280,10 +284,15 @@ class Holds:
         key, node = req["name"], view[i]["name"]
         if self.preemptor.halted():
             return ""
-        why = f"no longer admits it ({refusal})" if refusal else "no longer makes room for it (taken meanwhile)"
+        stalled = stuck and (f"{', '.join(sorted(stuck))}, waited for, {'is' if len(stuck) == 1 else 'are'} "
+                                f"stuck terminating past {'its' if len(stuck) == 1 else 'their'} grace")
+        why = (f"no longer admits it ({refusal})" if refusal else f"no longer makes room for it ({stalled})"
+               if stalled else "no longer makes room for it (taken meanwhile)")
         log.info("scheduler %s: %s: %s %s: %s not evicted, the node given back", self.scheduler_name, key, node, why,
                  ", ".join(victims) or "no victim")
         said = (f" preemption: {node} no longer admits it ({refusal})" if refusal else
+                f" preemption: the room it waits for on {node} is not coming ({stalled}: a finalizer, or a "
+                "kubelet that hangs?)" if stalled else
                 f" preemption: its victims no longer make room for it on {node} (others took or hold the room its "
                 "evictions made)") + (f": {', '.join(victims)} not evicted" if victims else "")
         return said + self._give_back(req, i, view, offers)
@@ -537,20 +546,34 @@ class Holds:
         bound[node] = kept
         self._evicted.setdefault(node, []).extend(gone)
 
+    def _stuck_awaited(self, req: Json, node: Json, leaving: list[Usage]) -> list[str]:
+        """The pods `req`'s hold on `node` only waits for (`AWAITED`) that are still there, terminating, their room
+        no longer coming (`room_coming`: stuck past their grace), where that room with the pods `leaving` would
+        still make room for it (`makes_room`): why its room is not made (`_room_taken`), not that others took it."""
+        waited = set(awaited_of(node["reservations"].get(req["name"]) or {}))
+        now = self.preemptor.clock()
+        stuck = [u for u in self._bound_by_node().get(node["name"], ())
+                 if u.key in waited and u.terminating and not room_coming(u, now)]
+        return [u.key for u in stuck] if stuck and makes_room(node, req, [*leaving, *stuck]) else []
+
     def _leaving(self, node: Json) -> list[Usage]:
         """The pods leaving `node` (`k8s_reads.Usage`): those a preemption's hold there names as its victims (to
         evict, or terminating), still bound there or evicted earlier in the pass (the pass's view of the node still
         counts them). Any hold's, not only the pod's own: a hold held against the pod counts the room its victims
         free, which is that hold's, not taken from the room the pod waits for (a pod as important that preempted
         there, evicting some of the pod's own victims with its own). One a hold only waits for (`AWAITED`, found
-        terminating already) only while the pod of its name there is terminating: one made again under its name (a
-        StatefulSet's web-0, back on its node), running, frees nothing, and counted as leaving it kept the pod
-        waiting there up to the hour. (A victim evicted for a hold is matched by name, as before: the pass's list
-        may not show it terminating yet.)"""
+        terminating already) only while the pod of its name there is one whose room is coming (`room_coming`): one
+        made again under its name (a StatefulSet's web-0, back on its node), running, frees nothing, and counted as
+        leaving it kept the pod waiting there up to the hour; one stuck past its grace (a finalizer) frees nothing
+        either, and counted it pinned the pod there for ever (its hold kept past the hour, said stuck), where
+        planned afresh it preempts elsewhere. (A victim evicted for a hold is matched by name, as before: the pass's
+        list may not show it terminating yet; one stuck keeps the hold past the hour, `k8s_stuck`: it was killed for
+        this node.)"""
         named = {k for e in node["reservations"].values() for f in (LEFT, EVICTED) for k in e.get(f) or ()}
         waited = {k for e in node["reservations"].values() for k in awaited_of(e)}
+        now = self.preemptor.clock()
         return [u for u in (*self._bound_by_node().get(node["name"], ()), *self._evicted.get(node["name"], ()))
-                if u.key in named and (u.terminating or u.key not in waited)]
+                if u.key in named and (u.key not in waited or room_coming(u, now))]
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a

@@ -30,9 +30,14 @@ and which of them it only waits for, `AWAITED`), as kube-scheduler's PodEligible
 again while a pod terminates on the preemptor's nominated node. Its room is coming only until its grace ends
 (`deletionTimestamp`, the deletion's time plus its grace) and `GRACE_SLACK_S` more: past that it is stuck (a
 finalizer no one removes, a kubelet that hangs), and the pod plans as though it stayed (a pod stuck for ever pinned
-a more important pod to its node for ever, which before preempted elsewhere); nor is the room of a pod made again
-on its node (a DaemonSet's, a static pod's mirror: `Usage.comes_back`) coming. A node labelled with the per-node
-emergency stop stays a candidate for the room of its terminating pods alone (none of its pods a victim there).
+a more important pod to its node for ever, which before preempted elsewhere); nor while its grace ends beyond the
+hour a hold lasts (`MAX_HOLD_S`: its owner deleted it with a grace of a day, and the pod waited all day, its hold
+lapsing and made again every hour); nor is the room of a pod made again on its node (a DaemonSet's, a static pod's
+mirror: `Usage.comes_back`) coming. A hold that only waits for a pod is given back once that pod is stuck past its
+grace (`k8s_holds`), and the pod plans afresh; a victim evicted for the pod, stuck, keeps its hold past the hour
+(`k8s_stuck`: it was killed for that node). A node labelled with the per-node emergency stop stays a candidate for
+the room of its terminating pods alone (none of its pods a victim there: where that room does not suffice, it is
+no candidate).
 
 Then: reserve the node's GPUs, CPU, memory, host ports and extended resources for the pod, the reservation naming
 every victim still to evict (`victims`) before the first is evicted; evict each victim (read first, for its grace
@@ -152,7 +157,12 @@ SINCE = "since"        # a preemption's hold field (beside LEFT, EVICTED): when 
 # names them in `EVICTED` alone, read as victims
 AWAITED = "awaited"
 DEFAULT_GRACE_S = 30.0   # a pod's terminationGracePeriodSeconds when its spec sets none (the API server's default)
-GRACE_SLACK_S = 60.0     # after a victim's grace period: the kubelet's kill, the watch, the pass that binds
+# after a victim's grace period: the kubelet's kill, the watch, the pass that binds. It also absorbs the skew
+# between the API server's clock, which sets `deletionTimestamp`, and this scheduler's (`clock()`, what it is
+# compared with: `room_coming`, `k8s_stuck`): taken to agree within ordinary NTP skew (a second or so, at most a
+# few). A scheduler clock minutes ahead takes a pod as stuck before its grace ends (the pod plans as though it
+# stayed), one minutes behind waits for it that much longer
+GRACE_SLACK_S = 60.0
 MAX_HOLD_S = 3600.0      # the longest a preemption holds a node, however long its victims' grace periods
 UNANSWERED_ASKS = 3      # evictions of one victim, each unanswered and found not landed, before its node is given back
 # how long an eviction that got no answer may still land at the API server: twice its default request timeout (60 s,
@@ -319,13 +329,17 @@ def awaited_of(entry: Json) -> list[str]:
 
 def room_coming(pod: Any, now: float) -> bool:
     """Whether the room of `pod` (`k8s_reads.Usage`, bound) is coming: it is terminating, its grace not ended more
-    than `GRACE_SLACK_S` ago (`Usage.deleting`: its `deletionTimestamp`, the deletion's time plus its grace; one
-    without a readable time is counted), and it is not made again on its node (`Usage.comes_back`). Past its grace
+    than `GRACE_SLACK_S` ago (`Usage.deleting`: its `deletionTimestamp`, the deletion's time plus its grace, by the
+    API server's clock: `GRACE_SLACK_S` absorbs ordinary skew; one without a readable time is counted) nor ending
+    more than `MAX_HOLD_S` from `now`, and it is not made again on its node (`Usage.comes_back`). Past its grace
     it is stuck (a finalizer no one removes): counted as coming, it pinned a pending pod to its node for ever (held,
     waiting, `Holds.stuck` past the hour), where the pod would preempt elsewhere; it is then neither victim nor
-    room, as a running pod of equal priority is."""
+    room, as a running pod of equal priority is. So is one whose grace ends beyond the hour a hold lasts (its owner
+    deleted it with a grace of a day): counted, the pod waited there all day, its hold lapsing at every hour and
+    made again; it is counted once its grace ends within the hour."""
+    deleting = getattr(pod, "deleting", 0.0)
     return bool(pod.terminating) and not getattr(pod, "comes_back", False) and (
-        not getattr(pod, "deleting", 0.0) or now < pod.deleting + GRACE_SLACK_S)
+        not deleting or deleting - MAX_HOLD_S <= now < deleting + GRACE_SLACK_S)
 
 
 def paused(entry: Json, hot_until: float | None, now: float, reserve_s: float, max_hold_s: float = MAX_HOLD_S) -> Json:
@@ -661,6 +675,9 @@ class Preemptor:
         held = sorted(n["name"] for n in nodes
                       if stop_labelled(n) and not _could_make_room(n, (), req, going[n["name"]]))
         nodes = [n for n in nodes if n["name"] not in held]
+        # and none of its pods is a victim there: `held` weighs GPUs, CPU and memory (`makes_room`), `choose` the
+        # extended resources and pod slots too, so a node whose terminating pods free the GPUs while its RDMA
+        # device is a running pod's took that pod as a victim, and its eviction was refused: "preemption failed"
         lower |= {n["name"]: [] for n in nodes if stop_labelled(n)}
         if not nodes:
             if held:
@@ -804,10 +821,11 @@ class Preemptor:
         are still among `running` (the pods bound there; the others are gone), and write down what is left again
         (`noted`: the victims left, those still terminating, the hold renewed while they do, cut short once they
         are all gone). `stuck`: where the hold reached its cap, the victims found still terminating there
-        (`k8s_stuck`; None: not asked), the only ones it is then renewed for. `going`: of `running`, those being
-        deleted (None: all of them): the hold is renewed for a pod it only waits for (`AWAITED`) while that pod is
-        terminating; a pod made again under its name there (a StatefulSet's web-0), running, frees nothing and was
-        counted as leaving, the hold renewed for it up to the hour. (A victim evicted is matched by name, as before:
+        (`k8s_stuck`; None: not asked), the only ones it is then renewed for. `going`: of `running`, those whose room
+        is coming (`room_coming`; None: all of them): the hold is renewed for a pod it only waits for (`AWAITED`)
+        while that pod's room is coming; a pod made again under its name there (a StatefulSet's web-0), running,
+        frees nothing and was counted as leaving, the hold renewed for it up to the hour, and one stuck past its
+        grace was renewed for past the hour, for ever. (A victim evicted is matched by name, as before:
         the pass's list may not show it terminating yet.) The node stays held until the pod is
         bound, no longer waits, or the reservation expires (then the pod plans afresh). A victim left whose eviction
         this replica asked and got no answer to (`Doubt.uid`) and that is no longer among `running` was evicted by it

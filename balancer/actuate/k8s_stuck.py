@@ -23,9 +23,14 @@ at a time, for as long as:
 
 Said: a warning in the log at each renewal past the hour naming the victims, the node and the pod; a Warning Event
 `PreemptionStuck` on the pending pod when its hold first passes the hour; its FailedScheduling message; and
-`Holds.stuck`, the holds so kept in the last pass (`SecondaryScheduler.stuck_holds`). A pod the hold only waits for
-(`k8s_preempt.AWAITED`: terminating already, its owner's deletion, never evicted for the pod) is the same, said
-"waited for" rather than "evicted for it" (a hold without that field, an older gputide's, says every one evicted).
+`Holds.stuck`, the holds so kept in the last pass (`SecondaryScheduler.stuck_holds`).
+
+A pod the hold only waits for (`k8s_preempt.AWAITED`: terminating already as the hold began) keeps it past the hour
+never: within its grace it is not stuck, and past it its room is not coming (`k8s_preempt.room_coming`), so the
+hold is given back and the pod plans afresh (`Holds.resume`), preempting elsewhere where it would have; kept, it
+pinned the pod to its node for ever, said stuck. Where such a pod is named (its hold at the hour on a node that no
+longer admits the pod), it is said "waited for" rather than "evicted for it" (a hold without that field, an older
+gputide's, says every one evicted).
 """
 
 from __future__ import annotations
@@ -84,13 +89,14 @@ def stuck_victims(preemptor: Preemptor, req: Json, node: str, entry: Json, runni
 
 def _whose(entry: Json, victims: Sequence[str], whom: str, ago: str) -> str:
     """`victims` of the hold `entry` as words: those evicted for `whom` (`ago`: when the preemption began), and
-    those it only waits for (`AWAITED`: terminating already, its owner's deletion), said so. Every one was said
-    "evicted for it", though no eviction was made for it."""
+    those it only waits for (`AWAITED`: terminating already as the hold began), said so. Every one was said
+    "evicted for it", though no eviction was made for it; and then "not evicted for it", though one may have been,
+    by an earlier hold of the pod's that lapsed at the hour (a victim with a 2 h grace) before it was gone."""
     waited = set(awaited_of(entry))
     evicted, only = [v for v in victims if v not in waited], [v for v in victims if v in waited]
     return "; ".join(s for s in (
         evicted and f"{', '.join(evicted)}, evicted for {whom} {ago}",
-        only and f"{', '.join(only)}, terminating already (not evicted for {whom}), waited for from {ago}") if s)
+        only and f"{', '.join(only)}, terminating already as the hold began, waited for from {ago}") if s)
 
 
 def _ago(entry: Json, now: float) -> str:
