@@ -211,7 +211,11 @@ class Reconciler:
         self.reconcile_seconds: deque[float] = deque(maxlen=keep_durations)
 
     # -- one cycle ------------------------------------------------------------------------------------------------
-    def run_once(self) -> CycleReport:
+    def run_once(self, stop: threading.Event | None = None) -> CycleReport:
+        """One cycle. `stop` (as `run`'s; `gputide run --once`'s SIGTERM), once set, lets the action in progress
+        finish and starts no other."""
+        if stop is not None:
+            self._stop = stop
         t0 = time.perf_counter()
         report = self._cycle()
         report.duration_s = time.perf_counter() - t0

@@ -486,9 +486,9 @@ def run(args: argparse.Namespace) -> int:
         bind(lambda **kw: serve_metrics(registry=metrics.registry, health=health, **kw), args.listen_address,
              args.metrics_port, "--metrics-port")
     stop = threading.Event()
-    if args.once:   # SIGTERM ends the wait for another replica's Lease (as PID 1 it was ignored: lease_expires)
-        with stopped_by_signals(stop.set, "no longer waiting for the Lease; a cycle begun finishes, then the Lease "
-                                          "is released"):
+    if args.once:   # SIGTERM ends the wait for another replica's Lease and the cycle after its action in progress
+        with stopped_by_signals(stop.set, "finishing the action in progress (or no longer waiting for the Lease), "
+                                          "then releasing the Lease"):
             return one_cycle(reconciler, stop)
     with stopped_by_signals(stop.set, "finishing the action in progress, then releasing the Lease and stopping"):
         start = getattr(reconciler.elector, "start", None)
@@ -529,9 +529,9 @@ def one_cycle(reconciler: Reconciler, stop: threading.Event) -> int:
     read or written (`lease_out_of_reach`) says so and exits as a cycle held still does, not as a standby (exit 0).
     A standby behind another replica's Lease waits for it until `stop` (`lease_expires`)."""
     try:
-        report = reconciler.run_once()
+        report = reconciler.run_once(stop)
         if report.status == "standby" and lease_expires(reconciler.elector, stop):
-            report = reconciler.run_once()   # a dead holder's Lease, taken over: the cycle as its leader
+            report = reconciler.run_once(stop)   # a dead holder's Lease, taken over: the cycle as its leader
         # no next cycle to save it: a held budget, a reservation not replaced, this cycle's cooldowns
         saved = reconciler.handover.saved_before_exit(reconciler.ledger)
     finally:   # let the Lease go: the next replica (or --once run) takes it at once, not a lease duration later

@@ -96,3 +96,17 @@ def test_run_once_with_leader_elect_releases_the_lease_at_exit(kube: FakeKube, a
     assert actuator.calls == [None, ACTIONS[0]], "it acted as the leader"
     assert kube.get("leases", "gputide-controller", "gputide")["spec"]["holderIdentity"] == ""
     assert a_standby_takes_over_at_once(api, clock), "no lease to wait out"
+
+
+def test_run_once_sigterm_mid_action_finishes_it_skips_the_rest_and_releases_the_lease(kube: FakeKube, api, clock,
+                                                                                     monkeypatch, own_signal_handlers):
+    """`--once` as the loop: SIGTERM while the first of three actions is in flight lets it finish and starts no
+    other. Its handler (ccbb6d6c, for the Lease wait) set an Event the cycle never read: all three were applied, and a
+    long cycle ran on until the kubelet's SIGKILL, mid-action with the Lease held (review r3)."""
+    actuator, registry = SigtermDuringFirstAction(), CollectorRegistry()
+    code, elector = gputide_run(monkeypatch, api, clock, actuator, ACTIONS, registry, "--once")
+
+    assert code == 0
+    assert actuator.calls == [ACTIONS[0]]
+    assert registry.get_sample_value("gputide_actions_rejected_total", {"reason": "shutting_down"}) == 2
+    assert kube.get("leases", "gputide-controller", "gputide")["spec"]["holderIdentity"] == ""
