@@ -110,7 +110,11 @@ def parse_selector(name: str, text: str) -> ShardSelector:
     whose selector matches every node would act on every other shard's nodes too."""
     sets: dict[str, set[str]] = {"pool": set(), "site": set(), "model": set(), "node": set()}
     labels: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    parts = [p.strip() for p in text.split(",")]
+    if any(parts) and not all(parts):   # commas only: the empty selector's message below
+        raise InputError(None, f"shard {name} selector (--selector)", text, "key=value pairs separated by commas; "
+                         "an empty item (two commas in a row, or one at an end) is not allowed")
+    for part in filter(None, parts):
         key, eq, value = part.partition("=")
         if not eq or not key.strip() or not value.strip():
             raise InputError(None, f"shard {name} selector", part, "key=value pairs separated by commas")

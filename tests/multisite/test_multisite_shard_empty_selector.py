@@ -24,3 +24,10 @@ def test_parse_selector_refuses_an_empty_text():
     with pytest.raises(InputError, match="shard x selector"):
         parse_selector("x", "")
 
+
+
+@pytest.mark.parametrize("text", ["pool=a,,site=b", "pool=a,", ",pool=a", "pool=a, ,site=b"])
+def test_parse_selector_refuses_an_empty_item(text):
+    """As every other comma list of the CLI (`_args.items`): an empty item was dropped without a word (review r3)."""
+    with pytest.raises(InputError, match="an empty item"):
+        parse_selector("x", text)
