@@ -322,6 +322,7 @@ class PowerCapAgent:
         settled = self._settle(limits)
         self._changed_by_hand(wanted, limits)
         requests = self._backed_off(self._held_down(self._requests(wanted, limits), limits), wanted)
+        self.lost &= requests.keys()   # "applied again": not while its re-cap waits out a refusal (`_backed_off`)
         self.failed = "; ".join(self._waiting()) or None   # tried again next sync, counted failed meanwhile
         requests = self._unrefuse(requests)
         applied = self._apply(requests, wanted) if requests else {}

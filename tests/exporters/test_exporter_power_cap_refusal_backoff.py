@@ -282,3 +282,22 @@ def test_a_refusal_whose_write_failed_is_written_at_the_next_sync_though_the_gpu
     assert node.sync() == (0, 1)   # sync 3 waits, and writes the refusal all the same (`LimitsBefore.flush`)
     assert json.loads(node.state.read_text()) == {"GPU-0": {"before_w": 700.0, "refused": True}}
     assert node.sync() == (1, 2)   # sync 4 asks
+
+
+def test_a_lost_cap_whose_reapply_is_refused_is_counted_lost_only_when_asked_again(tmp_path, monkeypatch):
+    """A reset lifts gputide's landed cap and the driver refuses the re-cap while the GPU recovers: the cap was
+    counted lost (`gputide_power_cap_agent_caps_lost_total`, "applied again") at every sync, the backoff's syncs that
+    asked nothing included (audit a18: 8 in 8 syncs, 4 Sets)."""
+    node = Node(tmp_path, monkeypatch)
+    del node.gpu.fail[SET]
+    node.sync()
+    assert node.gpu.limit_mw == 250 * W
+    node.gpu.limit_mw, node.gpu.fail[SET] = 700 * W, NVMLError_NotSupported   # reset: back at its default
+    asked, lost = [], []
+    for _ in range(16):
+        if node.sync()[0]:
+            asked.append(node.count)
+        if "GPU-0" in node.agent.lost:
+            lost.append(node.count)
+    assert asked == [2, 3, 5, 9, 17][:len(asked)] and len(asked) >= 4
+    assert lost == asked   # counted when applied again, not at each sync it waits
