@@ -27,13 +27,11 @@ DatetimeIndex at a regular step, with NaN where nothing was observed. Three form
   allowed; counted per step, divided by the step. The log is taken to cover the time from its first request to its
   last: a step it covers only in part, the last and the first unless the first request falls at its start, is not
   observed (NaN, as a gap), where its count read as demand undercounted it (630 s of 1 req/s was [1.00, 0.05] at
-  a 10-minute step). A file with a ``value`` column of numbers at evenly spaced times is a demand trace read with the
-  wrong format (its ``value`` would be ignored), an InputError suggesting ``--format csv``: each time given once,
-  whatever its other columns; or each given k times, once for each of the same k label sets (k series exported
-  together; a set is a row's other columns, less any with more than k distinct values and at least as many as there
-  are times, such as a row index), the error then saying to export one series such as ``sum(...)``. Rows closer
-  than 1s (`MIN_STEP`) in a file with columns besides timestamp and value are arrivals, read as a log; a bare
-  ``timestamp,value`` at evenly spaced times is refused however close they are (`_not_a_demand_trace`).
+  a 10-minute step). A file whose ``value`` column is all numbers, with the same number k of rows at each distinct
+  time and the distinct times evenly spaced (at any spacing), is one or k series sampled together read with the
+  wrong format (its ``value`` would be ignored): an InputError suggesting ``--format csv`` (for k > 1, one series
+  such as ``sum(...)``). A log whose ``value`` is per-request data is read once ``value`` is renamed or dropped
+  (`_not_a_demand_trace`).
 
 Cleaning rules (used for fitting and scoring, never to change what `load_demand` returns):
 
@@ -99,7 +97,7 @@ def _duration_s(text: str) -> Decimal | None:
 
 _TOO_LONG_S = Decimal("1e11")
 # the finest step a trace is read at (a --step, a trace's own step): finer, demand per second is read off
-# fractions of a second; a file whose rows come closer than this is arrivals, not a demand trace
+# fractions of a second
 MIN_STEP = pd.Timedelta(seconds=1)
 
 
@@ -507,83 +505,40 @@ def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
 
 
 def _not_a_demand_trace(df: pd.DataFrame, cols: dict[str, str], index: pd.DatetimeIndex, path: str) -> None:
-    """A file with a `value` column, its values all numbers and its times evenly spaced, each given once, is a demand
-    trace (`--format csv`, which reads timestamp and value only), whatever other columns it has: read as a requests
-    log, its rows were counted and `value` ignored, a trace of 5,000 req/s backtested as one request a step (exit 0;
-    with a third column, `timestamp,value,extra`, still so until audit s38). So are k series exported together (a
-    Prometheus export `timestamp,value,instance` of two instances): each time given k times, once for each of the
-    same k label sets (`_series_labels`); counted, two series every 60 s were 0.033 req/s (audit s38). A requests
-    log is read as one: no `value`; irregular times (arrivals: a light log stamped in µs, its `value` the tokens of
-    each request, has each time once too); unequal numbers of rows at its times; several rows at one time that no
-    label tells apart (stamped to the second at a steady 5 req/s, one model, or a request id on each); or, with a
-    column besides timestamp and value, times closer than `MIN_STEP` (a load generator at 5 req/s, 200 ms apart,
-    its model on each row), a step no trace is read at. A bare `timestamp,value` every 500 ms is still a demand
-    trace (`--format csv --step 1min` reads it): counted, it was 2 req/s (audit a10 of 58985940). Still counted: a
-    series with one row given twice, or k series one of which missed a scrape: their counts are uneven as a steady
-    log's are when a second holds one request more, and no share of repeats tells them apart without a tuned cut."""
+    """One rule: a `value` column of numbers whose distinct times are evenly spaced (`_evenly_spaced`), each given the
+    same number k of times, is one or k series sampled together, a demand trace for `--format csv` (k > 1: export one
+    series, such as `sum(...)`); a requests log whose `value` is per-request data is read once `value` is renamed or
+    dropped. Read as a log, its rows were counted and `value` ignored: a trace of 5,000 req/s backtested as one
+    request a step, two series every 60 s as 0.033 req/s (exit 0; audit s38).
+
+    Nothing else is asked, at any spacing and whatever the other columns: a rule that also weighed how many distinct
+    values a label column had, or whether a column besides timestamp and value existed, flipped on rounding a latency
+    column or adding a 0/1 `up` (audit a20). Real logs' per-time counts vary (Poisson arrivals), so they are counted;
+    a log with a numeric `value` at an exact rate (exactly 5 requests each second, one every 200 ms), or each time
+    once with gaps varying by under half their mean (one client waiting 1-3 s between requests), is refused, its
+    `value` to be renamed. A series with one row given twice, or k series one of which missed a scrape, have uneven
+    counts and are counted as a log."""
     if "value" not in cols:
         return
-    names = [c for c in df.columns if c not in (cols["timestamp"], cols["value"])]
     times, counts = np.unique(index.as_unit("ns").asi8, return_counts=True)
-    gaps = np.diff(times)
-    if names and gaps.size and np.median(gaps) < MIN_STEP.value:
-        return
     k = int(counts[0])
-    if (counts != k).any() or not _evenly_spaced(gaps):
-        return
-    labels = _series_labels(df, names, index, times, k) if k > 1 else []
-    if labels is None:
+    if (counts != k).any() or not _evenly_spaced(np.diff(times)):
         return
     column = df[cols["value"]]
-    if not column.notna().any() or pd.to_numeric(column, errors="coerce").notna().sum() != column.notna().sum():
+    given = int(column.notna().sum())
+    if not given or pd.to_numeric(column, errors="coerce").notna().sum() != given:
         return
     if k == 1:
-        raise InputError(path, "value", f"a column of {int(column.notna().sum())} numbers", "a requests log: one row "
-                         "per request, no 'value' column (a file with a numeric value column, each time once and "
-                         "evenly spaced, is a demand trace: --format csv)", detail="--format requests counts rows "
-                         "and would ignore 'value'; a requests log: rename or drop `value`")
-    raise InputError(path, "value", f"a column of {int(column.notna().sum())} numbers", "a requests log: one row "
-                     "per request, no 'value' column (a file with a numeric value column, one row per series at "
-                     "evenly spaced times, is a demand trace: export one series, such as sum(...) of them, and read "
-                     "it with --format csv)", detail=f"each of its {times.size} times given {k} times, once for each "
-                     f"of {k} label sets ({', '.join(labels)}): {k} series; --format requests counts rows and would "
-                     "ignore 'value'; a requests log: rename or drop `value`")
-
-
-def _series_labels(df: pd.DataFrame, names: list[str], index: pd.DatetimeIndex, times: np.ndarray,
-                   k: int) -> list[str] | None:
-    """The label columns when the k rows at each of the sorted distinct `times` are k series, else None. A label set
-    is a row's values in the columns `names` (those other than timestamp and value), less any column with more than k
-    distinct values and at least as many as there are times: a pandas index written with the export, an ISO `time`
-    beside the epoch one, a second metric (as labels, each let such an export through as a log). A request id is
-    one too: a log stamped to the second with a request id on each row and exactly one request for each of k
-    models at every second reads as k series. k series: at most k distinct values in each other column, exactly
-    k label sets, no time repeating one. Several requests at one time carry labels too (a model), but the same ones
-    twice, or others at other times (a client of many: more than k values, fewer than the times). Compared as
-    integer codes, a column at a time, given up at the first with too many values (the rest of the checks cost a
-    pass over a few columns): comparing whole rows, a log of 10M requests stamped to the second at a steady rate,
-    `model,value,latency,rid`, took 34 s to be let through (audit a10 of 58985940)."""
-    head = df.head(64 * k)
-    wide = [c for c in names if head[c].nunique(dropna=False) > k]   # no label, or not k series
-    key, sets, kept = np.zeros(len(df), dtype=np.int64), 1, []
-    for name in (c for c in names if c not in wide):
-        codes, uniques = pd.factorize(df[name], use_na_sentinel=False)
-        if len(uniques) > k:
-            wide.append(name)
-            continue
-        key, combined = pd.factorize(key * len(uniques) + codes)
-        sets = len(combined)
-        if sets > k:
-            return None
-        kept.append(name)
-    if sets < k:   # a set repeats at every time (no label column left: one set)
-        return None
-    at = np.searchsorted(times, index.as_unit("ns").asi8) * k + key   # (time, label set), each once if k series
-    if np.bincount(at, minlength=times.size * k).max() > 1:
-        return None
-    if any(df[c].nunique(dropna=False) < times.size for c in wide):
-        return None
-    return kept
+        raise InputError(path, "value", f"a column of {given} numbers", "a requests log: one row per request, no "
+                         "'value' column (a file with a numeric value column, each time once and evenly spaced, is a "
+                         "demand trace: --format csv)", detail="--format requests counts rows and would ignore "
+                         "'value'; a requests log: rename or drop `value`")
+    raise InputError(path, "value", f"a column of {given} numbers", "a requests log: one row per request, no 'value' "
+                     "column (a file with a numeric value column, the same number of rows at each of its evenly "
+                     "spaced times, is series sampled together: export one series, such as sum(...) of them, and "
+                     "read it with --format csv)", detail=f"each of its {times.size} times given {k} times: {k} "
+                     "series; --format requests counts rows and would ignore 'value'; a requests log: rename or "
+                     "drop `value`")
 
 
 def _evenly_spaced(gaps: np.ndarray) -> bool:

@@ -6,7 +6,9 @@ value, as a Prometheus export has), its times evenly spaced and each once, was r
 ignored: exit 0, a trace of 100 req/s backtested as 1/60 req/s. Then (audit of b7f7d048): several series exported
 together, each time once per series, still went through as a log (its times repeated); a load generator's log at
 5 req/s, 200 ms apart, was refused and sent to --format csv, which refuses a step under 1 s. Then (audit a10
-of 58985940): that let a bare `timestamp,value` every 500 ms through too, counted as 2 req/s.
+of 58985940): that let a bare `timestamp,value` every 500 ms through too, counted as 2 req/s. Now (audit a20) one rule:
+a numeric `value`, the same number of rows at each time, the times evenly spaced, at any spacing, is refused; the
+200 ms load generator with a numeric `value`, an exact-rate synthetic log, is refused with it.
 """
 
 from __future__ import annotations
@@ -82,17 +84,16 @@ def _series_export(header, row, times, instances):
     return header + "\n" + "".join(row(i, t, inst) + "\n" for i, t in enumerate(times) for inst in instances)
 
 
-@pytest.mark.parametrize("text, k, labels", [
+@pytest.mark.parametrize("text, k", [
     pytest.param(lambda times: _series_export("timestamp,value,instance", lambda i, t, inst: f"{t:.0f},{100 + i % 7},"
-                                              f"{inst}", times, ("a:9400", "b:9400")), 2, "instance",
-                 id="two instances"),
+                                              f"{inst}", times, ("a:9400", "b:9400")), 2, id="two instances"),
     pytest.param(lambda times: _series_export("Job,Timestamp,Instance,Value", lambda i, t, inst: f"dcgm,{t:.3f},{inst},"
                                               f"{50 + i % 5}", times, ("a:9400", "b:9400", "c:9400")), 3,
-                 "Job, Instance", id="three instances, two label columns"),
+                 id="three instances, two label columns"),
 ])
 @pytest.mark.parametrize("command", [pytest.param(BACKTEST, id="forecast backtest"),
                                      pytest.param(SIMULATE, id="simulate")])
-def test_several_series_exported_together_given_as_requests_exit_2(tmp_path, capsys, command, text, k, labels):
+def test_several_series_exported_together_given_as_requests_exit_2(tmp_path, capsys, command, text, k):
     """A Prometheus export of k series (`timestamp,value,instance`, a scrape every 60 s): each time k times, once for
     each label set. Before: its repeated times let it through as a requests log, k rows a minute (0.033 req/s for
     two instances, exit 0)."""
@@ -101,17 +102,22 @@ def test_several_series_exported_together_given_as_requests_exit_2(tmp_path, cap
     trace.write_text(text(times))
     line = _refused(tmp_path, capsys, trace, command, 3000 * k)
     assert "export one series, such as sum(...) of them, and read it with --format csv" in line, line
-    assert f"each of its 3000 times given {k} times, once for each of {k} label sets ({labels}): {k} series" in line
+    assert f"each of its 3000 times given {k} times: {k} series" in line, line
     assert "rename or drop `value`" in line, line
 
 
-def test_a_load_generator_log_finer_than_a_second_is_counted(tmp_path, capsys):
-    """A load generator at a steady 5 req/s, a request every 200 ms for an hour, each logged with its tokens as
-    `value`: each time once and evenly spaced, it was refused as a demand trace and sent to --format csv, which
-    refuses a trace whose own step is under 1 s (exit 2 either way). No demand trace is read at a step under 1 s."""
+def test_a_load_generator_log_every_200_ms_with_a_numeric_value_exits_2(tmp_path, capsys):
+    """An exact-rate synthetic log: a load generator at exactly 5 req/s, a request every 200 ms for an hour, each
+    logged with its tokens as `value`, each time once and evenly spaced as a demand trace's are. Counted before
+    (58985940: a column besides timestamp and value made rows under 1 s apart arrivals); refused now by the one rule,
+    at any spacing (audit a20). Real logs' arrival times vary and are counted; this one is read once `value` is
+    renamed, as the error says."""
     log = tmp_path / "r.csv"
     log.write_text("timestamp,model,value\n" + "".join(f"{START + 0.2 * i:.3f},llama-3-8b,{100 + i % 50}\n"
                                                        for i in range(5 * 3600)))
+    line = _refused(tmp_path, capsys, log, SIMULATE, 5 * 3600)
+    assert "rename or drop `value`" in line, line
+    log.write_text(log.read_text().replace("timestamp,model,value", "timestamp,model,tokens", 1))
     code, out = _run(tmp_path, capsys, log, SIMULATE)
     assert code == 0, out.err
     assert (tmp_path / "o" / "summary.json").is_file()
@@ -120,9 +126,8 @@ def test_a_load_generator_log_finer_than_a_second_is_counted(tmp_path, capsys):
 @pytest.mark.parametrize("command", [pytest.param(BACKTEST, id="forecast backtest"),
                                      pytest.param(SIMULATE, id="simulate")])
 def test_a_bare_demand_trace_finer_than_a_second_given_as_requests_exits_2(tmp_path, capsys, command):
-    """`timestamp,value` every 500 ms: a demand trace, which `--format csv --step 1min` reads. Only a file with a
-    column besides timestamp and value (a model, as the load generator's above) is arrivals for its spacing under 1 s;
-    this one was counted as 2 req/s (exit 0; audit a10 of 58985940), refused before."""
+    """`timestamp,value` every 500 ms: a demand trace, which `--format csv --step 1min` reads. It was counted as
+    2 req/s (exit 0; audit a10 of 58985940), refused before; the rule holds at any spacing."""
     trace = tmp_path / "t.csv"
     trace.write_text("timestamp,value\n" + "".join(f"{START + 0.5 * i:.3f},{5000 + i % 7}\n" for i in range(7200)))
     line = _refused(tmp_path, capsys, trace, command, 7200)
