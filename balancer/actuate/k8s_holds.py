@@ -225,10 +225,10 @@ class Holds:
         """For a pod that holds a node already: carry on its preemption there (`Preemptor.resume`: evict the victims
         left, keep the node held while the evicted ones terminate, past the hour while they are stuck there:
         `k8s_stuck`), " preemption: ..." saying so; "" when its reservation names no victim (a starving pod's, or
-        its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`), or
-        victims are left to evict on a node that no longer admits the pod (`_refusal`): then none is evicted and the
-        node is given back instead (`_room_taken`). With all evicted, such a node stays held up to its cap while
-        they terminate (`k8s_stuck`)."""
+        its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`), a pod it
+        only waits for is stuck past its grace (`_stuck_awaited`), or victims are left to evict on a node that no
+        longer admits the pod (`_refusal`): then none is evicted and the node is given back instead (`_room_taken`).
+        With all evicted, such a node stays held up to its cap while they terminate (`k8s_stuck`)."""
         key = req["name"]
         i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
                                                      for f in (LEFT, EVICTED))), None)
@@ -240,8 +240,16 @@ class Holds:
         # the pods it waits for, `AWAITED`: `Preemptor.resume`)
         going = {u.key for u in bound.get(node, ()) if room_coming(u, self.preemptor.clock())}
         left = sorted(set(entry.get(LEFT, ())) & running)
-        if not makes_room(view[i], req, leaving := self._leaving(view[i])):   # those evicted already are not spared
-            return self._room_taken(req, i, view, offers, left, stuck=self._stuck_awaited(req, view[i], leaving))
+        leaving, stuck_awaited = self._leaving(view[i]), self._stuck_awaited(req, view[i])
+        # any pod it only waits for stuck past its grace gives the hold back, not only one without which the GPUs,
+        # CPU and memory fall short (`makes_room`): `choose` weighs extended resources and pod slots too, so a hold
+        # dropping it went on waiting (up to the hour) for a device it alone frees. Planned afresh, the pod waits
+        # there again where the rest suffice: no flapping, as `plan` counts as room only the pods `room_coming`
+        # says are coming (the same test), so the new hold never waits for the stuck pod
+        if stuck_awaited or not makes_room(view[i], req, leaving):   # those evicted already are not spared
+            stalled = makes_room(view[i], req, [*leaving, *stuck_awaited])   # else others took the room besides
+            return self._room_taken(req, i, view, offers, left,
+                                    stuck=[u.key for u in stuck_awaited] if stalled else ())
         refusal = self._refusal(req, i, view, offers)
         if refusal is not None and left:   # cordoned, tainted, relabelled since: no one is evicted for nothing
             if self._only_hot(req, view[i]):   # the controller's taint, lapsing on its own: the room is kept
@@ -546,15 +554,16 @@ class Holds:
         bound[node] = kept
         self._evicted.setdefault(node, []).extend(gone)
 
-    def _stuck_awaited(self, req: Json, node: Json, leaving: list[Usage]) -> list[str]:
+    def _stuck_awaited(self, req: Json, node: Json) -> list[Usage]:
         """The pods `req`'s hold on `node` only waits for (`AWAITED`) that are still there, terminating, their room
-        no longer coming (`room_coming`: stuck past their grace), where that room with the pods `leaving` would
-        still make room for it (`makes_room`): why its room is not made (`_room_taken`), not that others took it."""
+        no longer coming (`room_coming`: stuck past their grace): the hold is given back (`resume`). Only those
+        stuck while their GPUs, CPU and memory were short gave it back: one freeing an RDMA device the pod needs
+        (which `makes_room` does not weigh) was dropped from the hold, the pod waiting for the rest (up to the hour)
+        for a device that never came, where it would have evicted a pod holding one elsewhere at once."""
         waited = set(awaited_of(node["reservations"].get(req["name"]) or {}))
         now = self.preemptor.clock()
-        stuck = [u for u in self._bound_by_node().get(node["name"], ())
-                 if u.key in waited and u.terminating and not room_coming(u, now)]
-        return [u.key for u in stuck] if stuck and makes_room(node, req, [*leaving, *stuck]) else []
+        return [u for u in self._bound_by_node().get(node["name"], ())
+                if u.key in waited and u.terminating and not room_coming(u, now)]
 
     def _leaving(self, node: Json) -> list[Usage]:
         """The pods leaving `node` (`k8s_reads.Usage`): those a preemption's hold there names as its victims (to

@@ -157,13 +157,53 @@ def waits_for_vip_alone(kube: FakeKube, sched: SecondaryScheduler, other: str) -
     assert other not in sched.reasons["default/urgent"]
 
 
-def test_an_awaited_pod_stuck_past_its_grace_is_waited_for_no_more_where_the_rest_suffice(kube, api, clock):
-    """stuck (30 s grace) gets stuck past it: vip still frees the room urgent waits for, so the hold goes on, for vip
-    alone. Before, stuck was still named as terminating (renewed for, said "while ... terminate(s)", kept past the
-    hour)."""
+def test_an_awaited_pod_stuck_past_its_grace_gives_the_hold_back_and_it_waits_again_where_the_rest_suffice(
+        kube, api, clock):
+    """stuck (30 s grace) gets stuck past it: the hold is given back, said so, and urgent plans afresh: vip still
+    frees the room it needs, so it waits on a again, for vip alone, and goes on waiting (the new hold does not wait
+    for stuck: no flapping). Before that, stuck was still named as terminating (renewed for, said "while ...
+    terminate(s)", kept past the hour); then it was dropped from the hold, which went on (see the RDMA case
+    below)."""
     sched = waits_for_both(kube, api, clock, "stuck", clock.now + 30)
     clock.advance(120)
+    sched.schedule_once()
+    assert "default/urgent" not in reservations(kube, "a")
+    assert ("the room it waits for on a is not coming (default/stuck, waited for, is stuck terminating past its "
+            "grace") in sched.reasons["default/urgent"]
     waits_for_vip_alone(kube, sched, "stuck")
+    since = reservations(kube, "a")["default/urgent"]["since"]
+    for _ in range(5):
+        clock.advance(60)
+        sched.schedule_once()
+        assert reservations(kube, "a")["default/urgent"]["since"] == since and evictions(kube) == []
+
+
+def test_an_awaited_pod_stuck_past_its_grace_that_frees_a_device_the_pod_needs_gives_the_hold_back(kube, api,
+                                                                                                    clock):
+    """a (8 GPUs, one RDMA device): vip (30 min grace) and r (30 s grace, holding the RDMA device) terminating,
+    priority 200; b (4 GPUs, one RDMA device): low (priority 1) holds it. urgent (4 GPUs and an RDMA device) waits on
+    a for both; r gets stuck past its grace: vip alone frees the GPUs but not the device, so the hold is given back
+    and urgent evicts low on b. Before, r was dropped from the hold (its GPUs, CPU and memory not needed: the hold's
+    room check weighs no device) and urgent waited on a for vip, 30 min, for a device that never came."""
+    kube.add(rdma_node("a", 8))
+    going(kube, "vip", "a", 4, 200, clock.now + 1800)
+    r = with_rdma(bound("r", "a", 4, 200))
+    r["metadata"]["deletionTimestamp"] = rfc3339(clock.now + 30)
+    kube.add(r)
+    kube.add(rdma_node("b", 4))
+    kube.add(with_rdma(bound("low", "b", 4, 1)))
+    kube.add(with_rdma(pending("urgent", 4, 100)))
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    sched.schedule_once()
+    assert reservations(kube, "a")["default/urgent"]["awaited"] == ["default/r", "default/vip"]
+    clock.advance(120)                                                 # r past its grace and the slack
+    sched.schedule_once()
+    assert "default/urgent" not in reservations(kube, "a") and evictions(kube) == []
+    assert ("the room it waits for on a is not coming (default/r, waited for, is stuck terminating past its "
+            "grace") in sched.reasons["default/urgent"]
+    sched.schedule_once()
+    assert evictions(kube) == ["/api/v1/namespaces/default/pods/low/eviction"]
+    assert "default/urgent" in reservations(kube, "b") and "default/urgent" not in reservations(kube, "a")
 
 
 def test_an_awaited_pod_made_again_is_waited_for_no_more_where_the_rest_suffice(kube, api, clock):
