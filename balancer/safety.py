@@ -279,7 +279,7 @@ class SafetyGuard:
         (`_in_flight`: migrations still settling, replacements still landing): a migration to any of them is refused
         (`MaxConcurrentMigrations`). The loop asks before planning while the planner keeps a pod off a node the guard
         found full (`planner.still_full`, the refused target and its `full_nodes`), and again at the end of a cycle
-        where something accepted did not go out (`loop.Reconciler._unfilled`): that keep-off ends once the node
+        whose review kept a move off a full node (`loop.Reconciler._unfilled`): that keep-off ends once the node
         has room (the migrations settling there settle, the replacement that held it runs), not `refusedTargetRetryS`
         after the refusal."""
         t = self._moving(snapshot, ledger, now, 0)

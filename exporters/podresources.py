@@ -310,8 +310,8 @@ class PodAttribution:
                  dra_drivers: Iterable[str] = DRA_GPU_DRIVERS, clock: Callable[[], float] | None = None,
                  wall: Callable[[], float] | None = None) -> None:
         self.client, self.grace_s = client, grace_s
-        # grace_s is timed on `clock`, monotonic: on the wall clock, an NTP step forward of over 2 x grace_s before the
-        # first failed collection made the kept answer look that old (`_stale_kept`), and the next collection dropped
+        # grace_s is timed on `clock`, monotonic: on the wall clock, an NTP step forward before the first failed
+        # collection made the kept answer look older than it was (`_stale_kept`), and the next collection dropped
         # the pods, so an HA partner scraping every grace_s got its first up 0 without them. `wall` (the wall clock)
         # only stamps the published last success; a `clock` given alone (a test's) stands for both
         self.clock = clock or time.monotonic

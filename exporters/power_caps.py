@@ -307,13 +307,13 @@ class PowerCapAgent:
         # the file saying "not refused" (`_unrefuse`), so an agent restarted before it is written took an operator's
         # limit at the cap's watts for gputide's cap (was: not written while the source was unreadable)
         self._keep(self.before.flush)
+        self._blind: set[str] = set()
+        self.lost = set()   # this sync's: a sync that returns early found none (the CLI counts them each sync)
         read = self.source.read()
         if read is None:
             self.failed = "; ".join(filter(None, ("the requested caps are unreadable", self._unsaved)))
             return {}
         wanted = self._unexpired(read)
-        self._blind: set[str] = set()
-        self.lost = set()
         try:
             limits = self._limits()
         except TargetUnavailable as exc:   # nothing judged or set on limits not read (the next sync tries again)

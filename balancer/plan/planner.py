@@ -300,8 +300,8 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
 def still_full(state: object, full: Callable[[], Collection[str]]) -> object:
     """`state` with the pods the guard kept off a full node (`full_targets`) let back where it no longer counts the
     node full (`full`: its nodes at `maxConcurrentMigrationsPerNode` now, `SafetyGuard.full_nodes`, asked only while
-    any is kept off; the loop asks before planning, and at the end of a cycle where something accepted did not go
-    out). Kept off for `refusedTargetRetryS` whatever happened, a pod whose target's landing replacement ran a minute
+    any is kept off; the loop asks before planning, and at the end of a cycle whose review kept a move off a full
+    node). Kept off for `refusedTargetRetryS` whatever happened, a pod whose target's landing replacement ran a minute
     later was moved to a worse node, or its hot GPU throttled, for ten. `state` as it is when it is no `PlannerState`
     (a wrapping planner's own)."""
     if not isinstance(state, PlannerState) or not state.full_targets:

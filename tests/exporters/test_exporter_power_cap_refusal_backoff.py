@@ -301,3 +301,22 @@ def test_a_lost_cap_whose_reapply_is_refused_is_counted_lost_only_when_asked_aga
             lost.append(node.count)
     assert asked == [2, 3, 5, 9, 17][:len(asked)] and len(asked) >= 4
     assert lost == asked   # counted when applied again, not at each sync it waits
+
+
+class Unreadable:
+    def read(self):
+        return None
+
+
+def test_a_lost_cap_is_not_counted_again_at_a_sync_whose_caps_are_unreadable(tmp_path, monkeypatch):
+    """`lost` is the sync's own: a sync that returned early for an unreadable source kept the last one's, and the CLI
+    counted it in caps_lost_total again at each such sync (review r5)."""
+    node = Node(tmp_path, monkeypatch)
+    del node.gpu.fail[SET]
+    node.sync()
+    node.gpu.limit_mw = 700 * W   # reset: lost, re-capped
+    node.sync()
+    assert node.agent.lost == {"GPU-0"}
+    node.agent.source = Unreadable()
+    node.sync()
+    assert node.agent.lost == set()
