@@ -79,7 +79,10 @@ def stuck_victims(preemptor: Preemptor, req: Json, node: str, entry: Json, runni
                         "%s, and it may preempt elsewhere then", who, _whose(entry, terminating, "it", ago), node,
                         refusal, rfc3339(until))
         return None
-    stuck = [v for v in terminating if _still_there(preemptor, v, node)]
+    # the pods the hold only waits for never keep it (`Holds.resume` gives it back once one is past its grace): not
+    # judged here either, on a later clock reading, where a grace ending during the read kept it past the hour once
+    waited = set(awaited_of(entry))
+    stuck = [v for v in terminating if v not in waited and _still_there(preemptor, v, node)]
     if stuck:
         log.warning("%s: %s, still terminating on %s past their grace (a finalizer, or a kubelet that hangs?): "
                     "%s stays held for it past the %.0f min a hold lasts, while they are there", who,

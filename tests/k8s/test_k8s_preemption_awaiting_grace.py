@@ -334,3 +334,33 @@ def test_a_node_under_the_per_node_stop_whose_terminating_pods_do_not_suffice_ta
     assert "default/urgent" in reservations(kube, "c") and "default/urgent" not in reservations(kube, "b")
     assert "preemption failed" not in sched.reasons["default/urgent"]
 
+
+
+@pytest.mark.parametrize("before_the_hour", [236, 237, 238, 240])
+def test_an_awaited_pod_whose_grace_ends_during_the_read_at_the_hour_does_not_keep_the_hold(kube, api, clock,
+                                                                                           monkeypatch,
+                                                                                           before_the_hour):
+    """The hold at its hour judged its awaited pods as stuck victims too, on a clock read after `Holds.resume` had
+    judged them coming: a grace ending within a slow read kept the hold past the hour once, with a PreemptionStuck
+    Event (review r4). Only victims evicted for the pod keep a hold past the hour."""
+    from balancer.actuate import k8s_stuck
+
+    a_and_b(kube)
+    t0 = clock.now
+    going(kube, "vip", "a", 4, 200, t0 + HOUR - before_the_hour)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    sched.schedule_once()
+    assert reservations(kube, "a")["default/urgent"]["awaited"] == ["default/vip"]
+    still_there = k8s_stuck._still_there
+
+    def slow(preemptor, victim, node_name):
+        clock.advance(5)   # the read takes 5 s
+        return still_there(preemptor, victim, node_name)
+
+    monkeypatch.setattr(k8s_stuck, "_still_there", slow)
+    seen = []
+    while clock.now < t0 + HOUR + 600:
+        clock.advance(60)
+        sched.schedule_once()
+        seen += sched.stuck_holds
+    assert seen == [] and stuck_events(kube) == []
