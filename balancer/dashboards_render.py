@@ -62,9 +62,10 @@ MOST_RANGE_S = 366 * 86400   # a year: 99999999w was a query Prometheus refused,
 
 def parse_duration(text: str, field_name: str = "--range") -> int:
     m = _DURATION.match(text.strip())
-    if not m or not 0 < int(m[1]) * _SECONDS[m[2]] <= MOST_RANGE_S:
+    seconds = int(m[1]) * _SECONDS[m[2]] if m else 0
+    if not 0 < seconds <= MOST_RANGE_S:
         raise InputError(None, field_name, text, "a positive duration such as 30m, 6h, 7d, at most 366d")
-    return int(m[1]) * _SECONDS[m[2]]
+    return seconds
 
 
 def check_points(range_s: int, step: int, step_text: str, range_text: str) -> None:
@@ -107,8 +108,10 @@ class PromClient:
             raise TelemetryUnavailable(f"{path}: HTTP {exc.code}: {_api_error(exc.read())}") from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise TelemetryUnavailable(f"cannot reach Prometheus at {self.url}: {exc}") from exc
-        if not isinstance(body, dict) or body.get("status") != "success":   # a JSON list: not Prometheus' API
-            raise TelemetryUnavailable(f"{path}: {body.get('error', body) if isinstance(body, dict) else body}")
+        if not isinstance(body, dict):   # a JSON list: not Prometheus' API
+            raise TelemetryUnavailable(f"{path}: {body}")
+        if body.get("status") != "success":
+            raise TelemetryUnavailable(f"{path}: {body.get('error', body)}")
         return body["data"]
 
     def query_range(self, expr: str, start: float, end: float, step: int) -> list[Series]:

@@ -52,18 +52,15 @@ def elastic_bounds(notes: Json) -> tuple[int, int]:
     return (max(min(as_int(notes.get("gputide.io/elastic-min"), 0), hi), 0) if hi else 0), hi
 
 
-PRODUCT_LABEL = catalog.PRODUCT_LABEL
-
-
 def pod_models(notes: Json, spec: Json) -> frozenset[str] | None:
     """Allowed GPU models: annotation `gputide.io/gpu-spec`, else the `nvidia.com/gpu.product` node selector, else
     a required node affinity whose every term names the products it allows (`In`)."""
-    named = notes.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get(PRODUCT_LABEL)
+    named = notes.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get(catalog.PRODUCT_LABEL)
     if named:
         return _models(named)
     allowed: set[str] = set()
     for term in affinity_terms(spec):
-        values = [v for e in term.get("matchExpressions") or [] if e.get("key") == PRODUCT_LABEL
+        values = [v for e in term.get("matchExpressions") or [] if e.get("key") == catalog.PRODUCT_LABEL
                   and e.get("operator") == "In" for v in e.get("values") or []]
         if not values:   # a term that allows any model: the pod is not limited by model
             return None

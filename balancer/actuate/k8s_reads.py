@@ -28,11 +28,12 @@ import logging
 import threading
 from typing import Any, NamedTuple
 
+from balancer import catalog
 from balancer.actuate.k8s_filters import ANY_IP, well_formed
 from balancer.actuate.k8s_gang import group_of
 from balancer.actuate.k8s_namespaces import namespace_entry
 from balancer.actuate.k8s_podaffinity import spread_constraints
-from balancer.actuate.k8s_pods import PRODUCT_LABEL, pod_owner
+from balancer.actuate.k8s_pods import pod_owner
 from balancer.actuate.k8s_requests import basic_requests, effective_requests, exact_quantity, quantity
 from balancer.actuate.k8s_volumes import Volumes, pod_claims
 from balancer.actuate.k8s_watch import ListWatch
@@ -110,7 +111,7 @@ def scheduling_request(pod: Json) -> Json | None:
     annotations = meta.get("annotations") or {}
     milli, held = _gpu_milli(annotations) if gpus else (0, None)
     held = unreadable or held
-    gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get(PRODUCT_LABEL)
+    gpu_spec = annotations.get("gputide.io/gpu-spec") or (spec.get("nodeSelector") or {}).get(catalog.PRODUCT_LABEL)
     namespace, owner = meta.get("namespace", "default"), (controller_ref(meta) or {}).get("name", "")
     # the reservation keys that are this pod's: itself, its controlling owner, and the owner a migration keys its
     # reservation by (`pod_owner`: the gputide.io/service or /job label first, a ReplicaSet's Deployment by its
@@ -144,7 +145,7 @@ def node_facts(node: Json, reservation_annotation: str = RESERVATION_ANNOTATION)
     # requests are rounded up: no node is offered more than it has
     gpus, cpu, mem = basic_requests({k: exact_quantity(alloc[k]) for k in BASIC if k in alloc}, down=True)
     return {
-        "name": meta["name"], "labels": labels, "gpu_model": labels.get(PRODUCT_LABEL, ""),
+        "name": meta["name"], "labels": labels, "gpu_model": labels.get(catalog.PRODUCT_LABEL, ""),
         "taints": tuple(Taint.from_json(t) for t in (node.get("spec") or {}).get("taints") or ()),
         "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
         "gpus_total": gpus, "cpu_milli_total": cpu, "memory_mib_total": mem,

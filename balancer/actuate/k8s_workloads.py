@@ -123,8 +123,7 @@ from balancer.actuate.k8s_jobs import colocation_record, shrink_record, worker_l
 from balancer.actuate.k8s_kueue import framework_restarts, restarts_on_resize
 from balancer.actuate.k8s_namespaces import Resolver, labels_by_name, namespace_entry
 from balancer.actuate.k8s_nodes import by_name
-from balancer.actuate.k8s_pods import (  # noqa: F401  (PRODUCT_LABEL, workload_from_pod, running_workload: re-exported)
-    PRODUCT_LABEL,
+from balancer.actuate.k8s_pods import (  # noqa: F401  (workload_from_pod, running_workload: re-exported)
     as_int,
     elastic_bounds,
     pod_models,
