@@ -19,7 +19,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -145,6 +145,21 @@ def distinct(texts: list[str], flag: str, keys: list | None = None, *,
             same = "given twice" if seen[key] == text else f"the same as {seen[key]}"
             raise InputError(None, flag, text, f"{values}, each once ({text} is {same})")
         seen[key] = text
+
+
+def only_with(args: argparse.Namespace, flags: Mapping[str, tuple[str, object]], applies: bool,
+              allowed: str) -> None:
+    """Flags that apply only with another ({flag: (attribute, default)}, each None on the command line when left
+    out): where they do not apply (`applies` false), the first given is an InputError naming it, its value and
+    `allowed` ("only with ..."), not a value read by nothing and an exit 0; each left out is then set to its
+    default. A flag's own value check comes before, where it is written."""
+    if not applies:
+        for flag, (attr, _) in flags.items():
+            if getattr(args, attr) is not None:
+                raise InputError(None, flag, getattr(args, attr), allowed)
+    for attr, default in flags.values():
+        if getattr(args, attr) is None:
+            setattr(args, attr, default)
 
 
 def seed(value: int, flag: str = "--seed") -> int:

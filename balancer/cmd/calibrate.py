@@ -39,6 +39,7 @@ from balancer.cmd._args import (
     epoch,
     given,
     number,
+    only_with,
     output_file,
     report_to,
     write_json,
@@ -191,13 +192,8 @@ def _prometheus_only(args: argparse.Namespace) -> None:
     """With --csv, an InputError naming the first flag of `PROMETHEUS_ONLY` given (the CSV is read whole, as it
     is: `--csv F --step 0`, `--range=-1d`, `--end 0` or `--demand-query x` exited 0, checked only on the path that
     never ran); with --prometheus, each flag left out set to its default."""
-    for flag, (attr, default) in PROMETHEUS_ONLY.items():
-        value = getattr(args, attr)
-        if args.csv and value is not None:
-            raise InputError(None, flag, value, "only with --prometheus (a CSV's samples are read whole and as they "
-                             "are: no cluster, time window, step or query applies to them)")
-        if value is None:
-            setattr(args, attr, default)
+    only_with(args, PROMETHEUS_ONLY, not args.csv, "only with --prometheus (a CSV's samples are read whole and as "
+              "they are: no cluster, time window, step or query applies to them)")
 
 
 def _checked(args: argparse.Namespace) -> float:

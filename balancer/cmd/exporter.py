@@ -48,6 +48,7 @@ from balancer.cmd._args import (
     given,
     host_port,
     number,
+    only_with,
     seed,
     watched_file,
 )
@@ -143,17 +144,12 @@ def only_where_read(args: argparse.Namespace) -> None:
     --fleet, --node, --speed and --seed drive the simulated fleet: with --backend nvml, `--speed 600` served real
     GPUs at their own pace and exited 0. --caps-interval paces the power-cap agent, which runs only with
     --power-caps-file: without it, `--caps-interval 1` read no file at all."""
-    if args.backend == "nvml":
-        for flag, value in (("--fleet", args.fleet), ("--node", args.node), ("--speed", args.speed),
-                            ("--seed", args.seed)):
-            if value is not None:
-                raise InputError(None, flag, value, "only with --backend sim (NVML serves this machine's GPUs)")
-    if args.caps_interval is not None and not args.power_caps_file:
-        raise InputError(None, "--caps-interval", args.caps_interval, "only with --power-caps-file (it is how "
-                         "often the power-cap agent reads that file; without it no agent runs)")
-    for name, default in (*SIM_DEFAULTS.items(), ("caps_interval", CAPS_INTERVAL_S)):
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+    sim_flags = {"--fleet": ("fleet", None), "--node": ("node", None), "--speed": ("speed", SIM_DEFAULTS["speed"]),
+                 "--seed": ("seed", SIM_DEFAULTS["seed"])}
+    only_with(args, sim_flags, args.backend != "nvml", "only with --backend sim (NVML serves this machine's GPUs)")
+    only_with(args, {"--caps-interval": ("caps_interval", CAPS_INTERVAL_S)}, bool(args.power_caps_file),
+              "only with --power-caps-file (it is how often the power-cap agent reads that file; without it no "
+              "agent runs)")
 
 
 def stuck_after_s(args: argparse.Namespace) -> float:

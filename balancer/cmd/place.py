@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from balancer.cmd._args import given, output_file, report_to, write_json
+from balancer.cmd._args import given, only_with, output_file, report_to, write_json
 from balancer.errors import InputError
 from balancer.plan.defrag import Defragmenter
 from balancer.plan.placement.replay import check_replayable, fgd_seeds, load_nodes, load_pods, replay
@@ -95,14 +95,10 @@ def max_moves(args: argparse.Namespace) -> None:
     """--max-moves checked, and set to `MAX_MOVES` when left out. It bounds --defrag's moves and nothing else:
     `--max-moves 5` without --defrag replayed with no defragmentation at all and exited 0, the table and the JSON
     silent on the moves never made."""
-    if args.max_moves is None:
-        args.max_moves = MAX_MOVES
-        return
-    if args.max_moves < 1:
+    if args.max_moves is not None and args.max_moves < 1:
         raise InputError(None, "--max-moves", args.max_moves, "an integer >= 1")
-    if not args.defrag:
-        raise InputError(None, "--max-moves", args.max_moves, "only with --defrag (it bounds the moves made for a "
-                         "pod that fits nowhere; without --defrag none is made)")
+    only_with(args, {"--max-moves": ("max_moves", MAX_MOVES)}, args.defrag, "only with --defrag (it bounds the moves "
+              "made for a pod that fits nowhere; without --defrag none is made)")
 
 
 def run(args: argparse.Namespace) -> int:
