@@ -337,8 +337,8 @@ def room_coming(pod: Any, now: float) -> bool:
     room, as a running pod of equal priority is. So is one whose grace ends beyond the hour a hold lasts (its owner
     deleted it with a grace of a day): counted, the pod waited there all day, its hold lapsing at every hour and
     made again; it is counted once its grace ends within the hour."""
-    deleting = getattr(pod, "deleting", 0.0)
-    return bool(pod.terminating) and not getattr(pod, "comes_back", False) and (
+    deleting = pod.deleting
+    return bool(pod.terminating) and not pod.comes_back and (
         not deleting or deleting - MAX_HOLD_S <= now < deleting + GRACE_SLACK_S)
 
 
@@ -816,7 +816,7 @@ class Preemptor:
                         f"nominate {node}" if node else "clear the nominated node", key, err)
 
     def resume(self, req: Json, node: str, entry: Json, running: Collection[str],
-               stuck: Collection[str] | None = None, going: Collection[str] | None = None) -> Evictions:
+               stuck: Collection[str] | None, going: Collection[str]) -> Evictions:
         """Carry on the preemption of `req`'s reservation `entry` on `node`: evict the victims left (`LEFT`) that
         are still among `running` (the pods bound there; the others are gone), and write down what is left again
         (`noted`: the victims left, those still terminating, the hold renewed while they do, cut short once they
@@ -848,9 +848,9 @@ class Preemptor:
         for k in left:
             if k not in running:
                 self._judge(req["name"], node, k, done)
-        waited = set(awaited_of(entry)) if going is not None else set()
+        waited = set(awaited_of(entry))
         terminating = [k for k in entry.get(EVICTED) or () if k in running and k not in done.leaving
-                       and (k not in waited or k in (going or ())) and (stuck is None or k in stuck)]
+                       and (k not in waited or k in going) and (stuck is None or k in stuck)]
         if isinstance(done.error, EvictionUnanswered) and not (terminating or done.leaving or done.unread):
             done.entry, done.give_back = entry, True
             victim = done.left[0]   # passed over by the uid its unanswered asks were counted for (`_asks`)
