@@ -50,14 +50,13 @@ from balancer.dashboards_draw import (
     annotation_colour,
 )
 from balancer.errors import InputError, TelemetryUnavailable
+from balancer.telemetry.promapi import MAX_POINTS, MOST_RANGE_S
 
 # A source checkout keeps them next to the package; the container image sets GPUTIDE_DASHBOARDS_DIR.
 DEFAULT_DASHBOARDS_DIR = Path(os.environ.get("GPUTIDE_DASHBOARDS_DIR")
                               or Path(__file__).resolve().parents[1] / "dashboards")
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-MAX_POINTS = 11_000   # Prometheus' limit on the points of one series in a range query (else HTTP 400, exit 1)
-MOST_RANGE_S = 366 * 86400   # a year: 99999999w was a query Prometheus refused, blamed on Prometheus (exit 1)
 
 
 def parse_duration(text: str, field_name: str = "--range") -> int:

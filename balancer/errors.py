@@ -92,3 +92,18 @@ class TemporaryActuationError(ActuationError):
 
 class PermanentActuationError(ActuationError):
     """Not worth retrying: the target is gone, forbidden, or the request is invalid."""
+
+
+EMPTY_ITEM = "an empty item (two commas in a row, or one at an end) is not allowed"
+
+
+def items(text: str, flag: str, allowed: str) -> list[str]:
+    """The items of a comma-separated flag, each stripped. None at all (`""`, `,`) is [], for the caller to refuse
+    in its own words; an empty item among others (`1h,,2h`, a trailing comma) is an InputError naming the flag, the
+    value and `allowed`: it was dropped without a word (`--stages live,,place` ran two stages)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        return []
+    if not all(parts):
+        raise InputError(None, flag, text, f"{allowed}; {EMPTY_ITEM}")
+    return parts

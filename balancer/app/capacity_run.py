@@ -47,6 +47,7 @@ from balancer.plan.capacity import CapacityPolicy, ServiceCapacity
 from balancer.plan.capacity_loop import plan_with_capacity
 from balancer.plan.capacity_plan import rise_allowance
 from balancer.plan.planner import PlannerState
+from balancer.telemetry.promapi import MAX_POINTS
 from balancer.telemetry.slo_rules import service_name
 from balancer.yamlfile import expect_kind, read_yaml
 
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 # the higher of a service's series, as the live reading takes it (`serving.read_services`): copies of its series
 # (an HA pair read without deduplication, two scrape jobs) are one demand, which a sum counted twice
 DEFAULT_DEMAND_QUERY = 'max(gputide_inference_demand_rps{$selector})'
-MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
 
 # YAML key -> (ServiceCapacity field, type, lowest allowed, highest allowed, required): one bound each way, so every
 # refusal of a number says "from LO to HI" (the lows and highs lived in three tables, and rpsPerReplica 0 said

@@ -119,21 +119,6 @@ def lease_flags(args: argparse.Namespace) -> None:
         k8s_name(args.lease_namespace, "--lease-namespace", "a namespace's name", "label")
 
 
-EMPTY_ITEM = "an empty item (two commas in a row, or one at an end) is not allowed"
-
-
-def items(text: str, flag: str, allowed: str) -> list[str]:
-    """The items of a comma-separated flag, each stripped. None at all (`""`, `,`) is [], for the caller to refuse
-    in its own words; an empty item among others (`1h,,2h`, a trailing comma) is an InputError naming the flag, the
-    value and `allowed`: it was dropped without a word (`--stages live,,place` ran two stages)."""
-    parts = [part.strip() for part in text.split(",")]
-    if not any(parts):
-        return []
-    if not all(parts):
-        raise InputError(None, flag, text, f"{allowed}; {EMPTY_ITEM}")
-    return parts
-
-
 def distinct(texts: list[str], flag: str, keys: list | None = None, *,
              values: str = "comma-separated values") -> None:
     """InputError naming the first of `texts` (a comma-separated flag's values, or a repeated flag's: `values`

@@ -47,14 +47,13 @@ from balancer.cmd._args import (
 from balancer.cmd.run import cluster_name, prometheus_url
 from balancer.config import SLO_RANGE_S  # --slo as a services file's latencySloSeconds
 from balancer.errors import InputError, TelemetryError
+from balancer.telemetry.promapi import MAX_POINTS, MOST_RANGE_S
 from balancer.telemetry.slo_rules import service_name
 
 DEMAND_QUERY = 'max(gputide_inference_demand_rps{$selector})'
 REPLICAS_QUERY = 'max(gputide_inference_replicas_ready{$selector})'
 LATENCY_QUERY = 'max(gputide_inference_latency_p99_seconds{$selector})'
 CSV_COLUMNS = ("timestamp", "demand_rps", "replicas", "p99_s")
-MAX_POINTS = 11_000  # Prometheus's limit on the points of one series in a range query
-MOST_RANGE_S = 366 * 86400.0   # --range: a year (1e308 was blamed on --step, the points it would need)
 DEFAULT_RANGE, DEFAULT_STEP = "7d", "1m"
 # the flags only the Prometheus path reads: {flag: (attribute, default)}
 PROMETHEUS_ONLY = {"--cluster": ("cluster", None), "--range": ("range_", DEFAULT_RANGE), "--end": ("end", None),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from balancer.cmd._args import distinct, given, items
+from balancer.cmd._args import distinct, given
+from balancer.errors import items
 
 STAGES = ("live", "hotspot", "tidal", "forecast", "place")
 

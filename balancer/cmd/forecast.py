@@ -22,13 +22,12 @@ from balancer.cmd._args import (
     NegativeValues,
     distinct,
     given,
-    items,
     number,
     output_file,
     report_to,
     write_json,
 )
-from balancer.errors import InputError
+from balancer.errors import InputError, items
 
 HORIZONS = "1h,4h,24h"   # --horizons unless given
 HORIZONS_ALLOWED = "comma-separated durations such as 1h,4h,24h"

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import yaml
 
-from balancer.cmd._args import distinct, given, items, output_dir
+from balancer.cmd._args import distinct, given, output_dir
 from balancer.cmd._rulefile import check_rule_file
 from balancer.cmd.run import cluster_name
-from balancer.errors import InputError
+from balancer.errors import InputError, items
 from balancer.telemetry.promserver import (
     PortInUse,
     PrometheusServer,

@@ -22,6 +22,8 @@ from urllib3.util.retry import Retry
 
 # a warning about the query rather than the data (Prometheus 2.4x reported these among the warnings)
 _INFO_PREFIX = "PromQL info:"
+MAX_POINTS = 11_000   # Prometheus' limit on the points of one series in a range query (more: HTTP 400)
+MOST_RANGE_S = 366 * 86400   # the longest range gputide asks for: a year (99999999w was asked and refused)
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 
 

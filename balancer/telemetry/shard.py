@@ -57,7 +57,7 @@ import numpy as np
 
 from balancer import catalog
 from balancer.action_results import ActionResult, Outcome
-from balancer.errors import InputError, MissingTelemetry
+from balancer.errors import InputError, MissingTelemetry, items
 from balancer.model import (
     GPU_ARRAYS,
     Action,
@@ -110,11 +110,7 @@ def parse_selector(name: str, text: str) -> ShardSelector:
     whose selector matches every node would act on every other shard's nodes too."""
     sets: dict[str, set[str]] = {"pool": set(), "site": set(), "model": set(), "node": set()}
     labels: dict[str, str] = {}
-    parts = [p.strip() for p in text.split(",")]
-    if any(parts) and not all(parts):   # commas only: the empty selector's message below
-        raise InputError(None, f"shard {name} selector (--selector)", text, "key=value pairs separated by commas; "
-                         "an empty item (two commas in a row, or one at an end) is not allowed")
-    for part in filter(None, parts):
+    for part in items(text, f"shard {name} selector (--selector)", "key=value pairs separated by commas"):
         key, eq, value = part.partition("=")
         if not eq or not key.strip() or not value.strip():
             raise InputError(None, f"shard {name} selector", part, "key=value pairs separated by commas")
