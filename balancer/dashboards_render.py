@@ -14,7 +14,8 @@ Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range qu
 - other tables: a table of each series' labels and last value, inside the panel (value mappings applied);
 - bar gauges and stats: the last value of each series;
 - a library panel (a reference to a panel kept in Grafana's library: its queries are not in the file): a
-  placeholder saying so, counted in `RenderReport.library_panels`, not as a panel without data.
+  placeholder saying so, counted in `RenderReport.library_panels`, not as a panel without data;
+- a panel without queries (a text panel): its title and a note, no data to miss (not a panel without data).
 
 The drawing itself is `balancer.dashboards_draw`.
 
@@ -375,35 +376,10 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
                            max(g["w"] / 24 - 0.05, 0.5 / 24), max(g["h"] - 1.1, 0.5) / rows))
         if is_library_panel(panel):
             report.library_panels.setdefault(name, []).append(_library_placeholder(ax, panel))
-            continue
-        ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
-        unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
-        data = renderer.panel_data(panel, variables)
-        data = [(n, s) for n, s in data if len(s.values)]
-        report.series[name][panel.get("title", "")] = len(data)
-        if not data:
-            why = renderer.absent_hardware(panel)
-            (report.not_applicable.setdefault(name, []) if why else report.empty_panels[name]).append(
-                panel.get("title", ""))
-            ax.axis("off")
-            ax.text(0.5, 0.5, f"No data ({why})" if why else "No data", ha="center", va="center",
-                    transform=ax.transAxes, color="grey")
-            continue
-        matrix = next((t.get("options") for t in panel.get("transformations", []) if t["id"] == "groupingToMatrix"),
-                      None)
-        if panel["type"] == "heatmap":
-            _draw_heatmap(fig, ax, panel, data, unit, renderer.start, renderer.end, renderer.step)
-        elif matrix:
-            _draw_matrix(fig, ax, data, unit, matrix["rowField"], matrix["columnField"])
-        elif panel["type"] == "timeseries":
-            _draw_timeseries(ax, panel, data, unit, annotations, (renderer.start, renderer.end, renderer.step))
-        elif panel["type"] == "table":
-            _draw_table(ax, panel, data, unit)
+        elif not panel.get("targets"):   # a text panel: nothing to query, so no data to miss (--require-data)
+            _placeholder(ax, panel.get("title", ""), f"{panel['type']} panel: no queries, not drawn here")
         else:
-            _draw_last_values(ax, panel, data, unit)
-        if panel["type"] in ("timeseries", "heatmap"):
-            ax.xaxis_date()
-            ax.tick_params(axis="x", labelsize=6)
+            _draw_panel(fig, ax, panel, renderer, (variables, annotations), report, name)
     path = out / f"{name}.png"
     try:
         fig.savefig(path, dpi=90)
@@ -412,15 +388,54 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
     return path
 
 
+def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[str, str], list], report: RenderReport,
+                name: str) -> None:
+    """One panel with queries: drawn from their results, or "No data" (counted in `report`, or, for hardware this
+    Prometheus has none of, listed as expected)."""
+    variables, annotations = context
+    ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
+    unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
+    data = renderer.panel_data(panel, variables)
+    data = [(n, s) for n, s in data if len(s.values)]
+    report.series[name][panel.get("title", "")] = len(data)
+    if not data:
+        why = renderer.absent_hardware(panel)
+        (report.not_applicable.setdefault(name, []) if why else report.empty_panels[name]).append(
+            panel.get("title", ""))
+        ax.axis("off")
+        ax.text(0.5, 0.5, f"No data ({why})" if why else "No data", ha="center", va="center",
+                transform=ax.transAxes, color="grey")
+        return
+    matrix = next((t.get("options") for t in panel.get("transformations", []) if t["id"] == "groupingToMatrix"),
+                  None)
+    if panel["type"] == "heatmap":
+        _draw_heatmap(fig, ax, panel, data, unit, renderer.start, renderer.end, renderer.step)
+    elif matrix:
+        _draw_matrix(fig, ax, data, unit, matrix["rowField"], matrix["columnField"])
+    elif panel["type"] == "timeseries":
+        _draw_timeseries(ax, panel, data, unit, annotations, (renderer.start, renderer.end, renderer.step))
+    elif panel["type"] == "table":
+        _draw_table(ax, panel, data, unit)
+    else:
+        _draw_last_values(ax, panel, data, unit)
+    if panel["type"] in ("timeseries", "heatmap"):
+        ax.xaxis_date()
+        ax.tick_params(axis="x", labelsize=6)
+
+
 def _library_placeholder(ax, panel: dict) -> str:
     """A library panel's box, saying what it is: its queries are in Grafana's library, not in the file. Its name."""
     ref = panel["libraryPanel"]
     title = panel.get("title") or ref.get("name") or ref.get("uid", "")
+    _placeholder(ax, title, f"library panel {ref.get('uid', '')}\n(kept in Grafana's library, not drawn here)")
+    return title
+
+
+def _placeholder(ax, title: str, text: str) -> None:
+    """A panel's box with its title and, in grey, why nothing is drawn in it."""
     ax.set_title(title, fontsize=9, loc="left")
     ax.axis("off")
-    ax.text(0.5, 0.5, f"library panel {ref.get('uid', '')}\n(kept in Grafana's library, not drawn here)",
-            ha="center", va="center", transform=ax.transAxes, color="grey", clip_on=True)
-    return title
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey", clip_on=True)
 
 
 def render(prometheus_url: str, out: Path, *, dashboards_dir: Path = DEFAULT_DASHBOARDS_DIR,

@@ -245,3 +245,22 @@ def test_a_grid_transformation_without_options_is_drawn_as_a_table(tmp_path, cap
     (nothing to name the grid by) and the drawing read `t["options"]`, a KeyError traceback (review r2)."""
     _render_with_data(tmp_path, capsys, [STAT | {"type": "table", "targets": [{"expr": "gpu:temp"}],
                                                  "transformations": [{"id": "groupingToMatrix"}]}])
+
+
+def test_a_panel_without_queries_is_not_a_panel_without_data(tmp_path, capsys):
+    """A text panel (or a panel whose queries were all removed) has nothing to query: it was drawn as "No data",
+    counted among the empty panels, and --require-data exited 1 for a dashboard whose every query had data."""
+    from test_dashboards_render import GPUS, FakePrometheus
+
+    from balancer import dashboards_render as dr
+
+    text = {"type": "text", "title": "Read me", "gridPos": GRID | {"x": 12}, "options": {"content": "# Notes"}}
+    emptied = STAT | {"title": "No queries left", "gridPos": GRID | {"y": 9}, "targets": []}
+    row = {"type": "row", "title": "More", "collapsed": False, "panels": [], "gridPos": GRID | {"y": 8, "h": 1}}
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, text, row, emptied])
+    fake = FakePrometheus()
+    try:
+        report = dr.render(fake.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
+    finally:
+        fake.close()
+    assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
