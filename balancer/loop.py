@@ -303,8 +303,7 @@ class Reconciler:
         self.metrics.set_fail_static(None)
         self.upkeep.planning(now)   # recover() at a term's first cycle that plans, then housekeeping()
         forecasts, unread = self._forecast(snap)
-        # a pod the guard kept off a full node may go there again once the node has room (`_guard_refusals`)
-        self.state = planner_mod.still_full(self.state, lambda: self._guard().full_nodes(snap, self.ledger, now))
+        self._still_full(snap, now)   # a pod kept off a full node may go there again once it has room
         before = self.state
         plan, self.state = self.planner(snap, forecasts, self.policy, self.state)
         self._log_demand_unknown(snap, getattr(self.state, "demand_held", {}))
@@ -428,11 +427,20 @@ class Reconciler:
         stale, or dropped on it, the cycle stopped, the actuator failed having changed nothing, or the hand-over held
         it back, the ledger unsaved, after the guard had counted it). Kept, the pod was kept off a node with room until
         the next cycle that plans, through every hold meanwhile, and counted in gputide_migration_exclusions. Counted
-        afresh whenever a move was kept off (one `full_nodes`, ~5 ms at 20k services), rather than judged by which
+        afresh whenever a move was kept off (one `full_nodes`: `_still_full`), rather than judged by which
         accepted moves went out: a move held back by the hand-over is not among the accepted. Not after the cycle
         lost the lead (`_unsent`)."""
         if not kept_off or self._offices != self._cycle_office:
             return
+        self._still_full(snap, now)
+
+    def _still_full(self, snap: ClusterSnapshot, now: float) -> None:
+        """The pods the guard kept off a full node (`_guard_refusals`) let back where it no longer counts the node full
+        on `snap` and the ledger as it is now (`planner.still_full`; the guard as the review sees it, `_guard`): before
+        planning, and at the end of a cycle that kept a move off (`_unfilled`). The guard is asked only while a pod is
+        kept off. Its count (`SafetyGuard.full_nodes`) is ~9 ms at 20k services counted from their spec, nearly all of
+        it the replicas not running (`unavailable.short`, a pass over the services) that `_in_flight` reads for the
+        few owners the ledger holds migrations of."""
         self.state = planner_mod.still_full(self.state, lambda: self._guard().full_nodes(snap, self.ledger, now))
 
     def _reload_policy(self) -> None:
