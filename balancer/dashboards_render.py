@@ -2,7 +2,8 @@
 
 Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range query against a Prometheus
 (plain HTTP, `/api/v1/query_range`) and draws the panels with matplotlib where Grafana would put them
-(`gridPos` on the 24-column grid), one PNG per dashboard:
+(`gridPos` on the 24-column grid; a collapsed row's panels too, where Grafana puts them when the row is opened), one
+PNG per dashboard:
 
 - timeseries: lines (stacked areas or bars when the panel stacks or draws bars) on the query's steps, a step
   without a sample a gap as in Grafana (not a line across it, not 0), every dashboard annotation (e.g. GPU loans
@@ -174,7 +175,7 @@ _VALUE_MAPPING = {"options": _Each((dict, type(None)))}
 _LIBRARY_REF = {"title": str, "gridPos": _PANEL["gridPos"], "libraryPanel": _Need({"uid": str, "name": str})}
 _DASHBOARD = {
     "title": _Need(str), "uid": str,
-    "panels": _Need(list),   # of _PANEL, each checked by _check_panel (a row needs its type alone)
+    "panels": _Need(list),   # of _PANEL, each checked by _check_panel (a row its type, a collapsed one its panels)
     "templating": {"list": [{"name": _Need(str), "type": str, "allValue": (str, type(None)),
                              "query": (str, dict)}]},
     "annotations": {"list": [{"expr": str}]},
@@ -229,16 +230,65 @@ def is_library_panel(panel: dict) -> bool:
     return "libraryPanel" in panel and "type" not in panel
 
 
-def _check_panel(panel: object, where: str) -> None:
-    """One panel: a row only needs its type (the renderer skips it); a library panel reference its place and the
-    reference (drawn as a placeholder); every other panel is drawn, on the grid."""
+def _check_panel(panel: object, where: str, in_row: bool = False) -> None:
+    """One panel: a row only needs its type (the renderer skips it), unless it holds its panels (collapsed); a library
+    panel reference its place and the reference (drawn as a placeholder); every other panel is drawn, on the grid."""
     if isinstance(panel, dict) and panel.get("type") == "row":
+        if in_row:
+            raise _Bad(f"{where}.type", "row", "a panel other than a row (a collapsed row holds panels, not rows)")
+        _check_row(panel, where)
         return
     library = isinstance(panel, dict) and is_library_panel(panel)
     _check(panel, _LIBRARY_REF if library else _PANEL, where)
     _check_grid(panel["gridPos"], where)
     if not library:
         _check_drawn(panel, where)
+
+
+def _check_row(row: dict, where: str) -> None:
+    """A collapsed row keeps its panels inside it (`panels`): each is checked as the others, for each is drawn, and
+    the row's own place on the grid is where they are drawn below (`laid_out`)."""
+    if not row.get("collapsed") or not row.get("panels"):
+        return
+    _check(row, {"panels": list, "gridPos": _PANEL["gridPos"]}, where)
+    _check_grid(row["gridPos"], where)
+    for j, panel in enumerate(row["panels"]):
+        _check_panel(panel, f"{where}.panels[{j}]", in_row=True)
+
+
+def laid_out(panels: list[dict]) -> list[tuple[str, dict]]:
+    """Every panel drawn (rows are not), with where it is in the file, placed as Grafana shows the dashboard with
+    every collapsed row opened: a collapsed row keeps its panels inside it at the places they had when it was last
+    open, and Grafana, opening it, moves them right below the row (their top one on the row's next grid row, the
+    others kept where they are from it) and every panel below the row down by as much as they take. (Grafana
+    measures from the row's first panel, which is its top one as Grafana saves them; this from the top one.)
+    `panels` checked by `_check_panel`: a panel moved is a copy."""
+    out, shift = [], 0
+    for i, panel in enumerate(panels):
+        if panel.get("type") != "row":
+            out.append((f"panels[{i}]", _moved(panel, shift)))
+            continue
+        inner = panel.get("panels") if panel.get("collapsed") else None
+        if not inner:
+            continue
+        row_bottom = panel["gridPos"]["y"] + shift + panel["gridPos"]["h"]
+        lift = min(p["gridPos"]["y"] for p in inner) - row_bottom
+        out += [(f"panels[{i}].panels[{j}]", _moved(p, -lift)) for j, p in enumerate(inner)]
+        shift += max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in inner) - lift - row_bottom
+    return out
+
+
+def _moved(panel: dict, down: int) -> dict:
+    return panel if not down else {**panel, "gridPos": {**panel["gridPos"], "y": panel["gridPos"]["y"] + down}}
+
+
+def _check_layout(panels: list[dict]) -> None:
+    """Opening the collapsed rows moves panels down: each must still end within the PNG's grid rows."""
+    for where, panel in laid_out(panels):
+        g = panel["gridPos"]
+        if g["y"] + g["h"] > MAX_GRID_ROWS:
+            raise _Bad(f"{where}.gridPos.h", g["h"], f"a height ending within the {MAX_GRID_ROWS} grid rows a PNG "
+                       f"holds (with the collapsed rows above it opened, it starts at grid row {g['y']})")
 
 
 def _check_grid(g: dict, where: str) -> None:
@@ -274,6 +324,7 @@ def _dashboard(path: Path) -> dict:
         _check(doc, _DASHBOARD, "")
         for i, panel in enumerate(doc["panels"]):
             _check_panel(panel, f"panels[{i}]")
+        _check_layout(doc["panels"])
     except _Bad as bad:
         raise InputError(str(path), bad.where, bad.value, bad.allowed, bad.detail) from None
     return doc
@@ -356,7 +407,7 @@ HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile
 
 def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: RenderReport, name: str) -> Path:
     variables = resolve_variables(dashboard, renderer.client)
-    panels = [p for p in dashboard.get("panels", []) if p.get("type") != "row"]
+    panels = [p for _, p in laid_out(dashboard["panels"])]
     header = 2  # grid rows above the panels for the dashboard title
     rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels), default=1) + header
     fig = Figure(figsize=(22, max(4.0, rows * 0.45)))

@@ -264,3 +264,78 @@ def test_a_panel_without_queries_is_not_a_panel_without_data(tmp_path, capsys):
     finally:
         fake.close()
     assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
+
+
+def _collapsed(y: int, *panels: dict) -> dict:
+    """A collapsed row at grid row `y`, holding `panels` as Grafana saves it."""
+    return {"type": "row", "title": "Details", "collapsed": True, "gridPos": {"x": 0, "y": y, "w": 24, "h": 1},
+            "panels": list(panels)}
+
+
+@pytest.mark.parametrize(("dashboard", "field", "value", "allowed"), [
+    pytest.param({"title": "t", "panels": [STAT, _collapsed(8, {"type": "stat", "title": "hidden"})]},
+                 "panels[1].panels[0].gridPos", "None", "an object with x, y, w, h (missing)",
+                 id="a panel off the grid inside a collapsed row"),
+    pytest.param({"title": "t", "panels": [_collapsed(0, STAT | {"targets": [{"legendFormat": "x"}]})]},
+                 "panels[0].panels[0].targets[0].expr", "None", "a string (missing)",
+                 id="a query without its expression inside a collapsed row"),
+    pytest.param({"title": "t", "panels": [_collapsed(0, _collapsed(1, STAT))]}, "panels[0].panels[0].type",
+                 "'row'", "a panel other than a row (a collapsed row holds panels, not rows)", id="a row in a row"),
+    pytest.param({"title": "t", "panels": [{k: v for k, v in _collapsed(0, STAT).items() if k != "gridPos"}]},
+                 "panels[0].gridPos", "None", "an object with x, y, w, h (missing)",
+                 id="a collapsed row with panels and no place to open them at"),
+    pytest.param({"title": "t", "panels": [_collapsed(0, STAT | {"gridPos": GRID | {"h": 1000}}),
+                                           STAT | {"gridPos": GRID | {"y": 1, "h": 700}}]},
+                 "panels[1].gridPos.h", "700", "a height ending within the 1600 grid rows a PNG holds (with the "
+                 "collapsed rows above it opened, it starts at grid row 1001)",
+                 id="a panel below a collapsed row pushed past the PNG's height"),
+])
+def test_a_collapsed_rows_panels_are_checked_as_the_others(tmp_path, capsys, dashboard, field, value, allowed):
+    """A collapsed row keeps its panels inside it (`row.panels`): they were neither checked nor drawn, so a broken one
+    passed and a dashboard was drawn without them."""
+    line = _one_error(capsys, _render(tmp_path, dashboard))
+    assert line == (f"gputide: error: {tmp_path / 'boards' / 'board.json'}: field '{field}': invalid value {value}; "
+                    f"allowed: {allowed}")
+
+
+def test_a_collapsed_rows_panels_are_queried_drawn_and_listed(tmp_path, capsys):
+    """As Grafana shows them when the row is opened: its panels queried, counted (--require-data: an empty one fails),
+    library panels in it listed as placeholders."""
+    from test_dashboards_render import GPUS, FakePrometheus
+
+    from balancer import dashboards_render as dr
+
+    hidden = STAT | {"title": "Hidden power", "gridPos": GRID | {"y": 40}, "targets": [{"expr": "gpu:power"}]}
+    library = {"gridPos": GRID | {"x": 12, "y": 40}, "libraryPanel": {"uid": "a1b2c3", "name": "Fleet temperature"}}
+    panels = [STAT | {"targets": [{"expr": "gpu:temp"}]}, _collapsed(8, hidden, library),
+              STAT | {"title": "Below", "gridPos": GRID | {"y": 9}, "targets": [{"expr": "gpu:clock"}]}]
+    _render_with_data(tmp_path, capsys, panels)
+    assert "board: library panels drawn as placeholders: Fleet temperature" in capsys.readouterr().err
+    fake = FakePrometheus(missing=("gpu:power",))
+    try:
+        report = dr.render(fake.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
+        code = main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path / "png"),
+                     "--dashboards-dir", str(tmp_path), "--require-data"])
+    finally:
+        fake.close()
+    assert "gpu:power" in [q.get("query") for q in fake.queries]
+    assert report.empty_panels == {"board": ["Hidden power"]} and report.library_panels == {
+        "board": ["Fleet temperature"]}
+    assert report.series == {"board": {"GPUs": len(GPUS), "Hidden power": 0, "Below": len(GPUS)}}
+    assert code == 1 and "board: no data for Hidden power" in capsys.readouterr().err
+
+
+def test_a_collapsed_rows_panels_are_placed_below_it_and_push_the_panels_below_down():
+    """Grafana opening a row: its panels (saved at y 40 and 48, from when it was last open) go right below it (y 9,
+    17), and the panels below the row move down by the 16 grid rows they take; a second collapsed row likewise."""
+    from balancer import dashboards_render as dr
+
+    top = STAT | {"title": "top"}
+    a, b = STAT | {"title": "a", "gridPos": GRID | {"y": 40}}, STAT | {"title": "b", "gridPos": GRID | {"y": 48}}
+    below = STAT | {"title": "below", "gridPos": GRID | {"y": 9}}
+    c = STAT | {"title": "c", "gridPos": GRID | {"y": 3, "h": 4}}
+    panels = [top, _collapsed(8, a, b), below, _collapsed(17, c), {"type": "row", "gridPos": GRID | {"y": 18}}]
+    placed = [(where, p["title"], p["gridPos"]["y"]) for where, p in dr.laid_out(panels)]
+    assert placed == [("panels[0]", "top", 0), ("panels[1].panels[0]", "a", 9), ("panels[1].panels[1]", "b", 17),
+                      ("panels[2]", "below", 25), ("panels[3].panels[0]", "c", 34)]
+    assert a["gridPos"]["y"] == 40, "the dashboard itself is left as it is"
