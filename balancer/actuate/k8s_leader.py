@@ -94,9 +94,9 @@ class LeaseLeaderElector:
         self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
         self._persisted: str | None = None               # the ledger on the Lease as of our last write to it
-        self._failure: str | None = None                 # why the last read or write of the Lease failed
-        # why the last try could not read or write the Lease (the API unreachable, 5xx, 403); None after one that
-        # could, a 409 (another replica wrote first) included: a standby told from a replica cut off from the API
+        # why the last try's read or write of the Lease failed (the API unreachable, 5xx, 403, or a 409: another
+        # replica wrote first); None after a try whose calls all answered. The one record of it: `save_state`'s
+        # reason (`_ledger_reason`) and `unreachable()` (a standby told from a replica cut off from the API) read it
         self.last_failure: ActuationError | None = None
         # times we took the Lease (not renewals): the loop tells a lead lost and retaken between two of its asks
         # (as a renewer thread may) from one held throughout, and starts the new term afresh
@@ -165,7 +165,7 @@ class LeaseLeaderElector:
             return created
         except ActuationError as err:
             log.warning("%s: %s", what, err)
-            self._failure, self.last_failure = _failure(err), err
+            self.last_failure = err
             return self.is_leader
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -202,10 +202,13 @@ class LeaseLeaderElector:
         rule of `try_acquire_or_renew` lets us take it (the record unchanged for its lease duration since we first
         saw it, on our clock: a crashed holder's Lease); True once we hold it. False as soon as the record changes
         (the holder renewed: a live holder does within its renew deadline, so a healthy standby leaves within about
-        a lease duration), a try cannot reach the Lease (`last_failure`, said as such by the caller), `stopping()`
-        (SIGTERM) or `release()`, or once a try that began a lease duration and a pause after we first saw it did
-        not take it. A single try never takes such a Lease: the holder's renewTime is on its clock, not ours, so a
-        --once run (a CronJob) was a standby for ever behind a Lease nobody renewed.
+        a lease duration), a try cannot reach the Lease or finds it written meanwhile (`last_failure`;
+        `unreachable()` tells the two apart for the caller), `stopping()` (SIGTERM) or `release()`, or once a try
+        that began a lease duration and a pause after we first saw it did not take it. A single try never takes
+        such a Lease: the holder's renewTime is on its clock, not ours, so a --once run (a CronJob) was a standby for
+        ever behind a Lease nobody renewed. Call it with no renewer running (`start()` once it returns True): its
+        tries are then the Lease's one reader, and the failure that ended it stays until the caller reads it (a
+        renewer read the Lease twice per pause and reset `last_failure` in between).
 
         The pause is the Lease's, not ours (`_await_step`): a sixth of its lease duration, at most our retry period.
         Our own retry period follows our `--interval` (a 1 h interval: 30 min), which has nothing to do with the
@@ -234,6 +237,14 @@ class LeaseLeaderElector:
                 if self.last_failure is not None or (self._observed, self._observed_at) != (seen, since):
                     break
         return self.is_leader
+
+    def unreachable(self) -> ActuationError | None:
+        """Why the last try could not read or write the Lease (`last_failure`: the API unreachable, failing or
+        refusing); None after one that could, a 409 included (it reached the Lease: another replica wrote first).
+        What a `--once` standby says it is: cut off from the API, or behind another replica's Lease."""
+        with self._lock:
+            failure = self.last_failure
+        return None if isinstance(failure, ConflictError) else failure
 
     def _await_step(self, duration: int) -> float:
         """`await_lease`'s pause between tries for a Lease of `duration` s: a sixth of it (as our own retry period
@@ -267,11 +278,12 @@ class LeaseLeaderElector:
             log.warning("safety ledger over the Lease annotation's %d bytes: %d oldest entries (cooldowns first, "
                         "evictions last) left out of what a successor inherits", MAX_LEDGER_BYTES, dropped)
         with self._lock:
-            self._state, self._failure = text, None
+            self._state, failure = text, None
             if self._persisted != text and self.is_leader:
                 self._try_acquire_or_renew()
+                failure = self.last_failure   # this try's (an earlier try's, the renewer's, is not why)
             if self._persisted != text:
-                reason = self._failure or "not_leader"
+                reason = "not_leader" if failure is None else _ledger_reason(failure)
                 raise LedgerNotSaved(reason, f"lease {self.namespace}/{self.name}: safety ledger not written "
                                              f"({reason}); kept for the next write as holder")
         return dropped
@@ -287,11 +299,10 @@ class LeaseLeaderElector:
             written = self.api(what, fn, *args)
         except ActuationError as err:   # 409: another contender wrote first; others: try again next cycle
             log.info("%s: %s is not leader: %s", what, self.identity, err)
-            self._failure = _failure(err)
+            self.last_failure = err
             if isinstance(err, ConflictError):   # the Lease changed since we read it: not ours until a renewal says so
                 self._renewed_at = None
                 return False
-            self.last_failure = err
             return self.is_leader
         spec = written.get("spec") or {}
         self._persisted = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
@@ -330,7 +341,7 @@ class LeaseLeaderElector:
         return True
 
 
-def _failure(err: ActuationError) -> str:
+def _ledger_reason(err: ActuationError) -> str:
     """`LedgerNotSaved.reason` for a failed call to the Lease."""
     if isinstance(err, ConflictError):
         return "conflict"

@@ -260,11 +260,12 @@ def lease_elector(api_client, name: str, namespace: str | None, interval_s: floa
 
 def lease_out_of_reach(elector, command: str, nothing: str) -> str | None:
     """What `gputide <command> --once` says when its last try could not read or write the Lease (the elector's
-    `last_failure`: the API unreachable or failing, or refusing it, a 403), ending in `nothing` (what it therefore
+    `unreachable()`: the API unreachable or failing, or refusing it, a 403), ending in `nothing` (what it therefore
     did not do); None when the try reached the Lease (another replica holding it, a 409, included) or the elector
     keeps no such failure. Such a replica was said to be a standby, exit 0: a script or a check took an API server
     cut off, or a Role missing the Lease, for a healthy standby."""
-    failure = getattr(elector, "last_failure", None)
+    unreachable = getattr(elector, "unreachable", None)
+    failure = unreachable() if unreachable is not None else None
     if failure is None:
         return None
     how = "could not be reached" if isinstance(failure, TemporaryActuationError) else "refused"
@@ -514,14 +515,16 @@ def stopped_by_signals(stop: Callable[[], None], what: str) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def lease_expires(elector, stop: threading.Event) -> bool:
+def lease_expires(elector, stopping: Callable[[], bool], pause: Callable[[float], object]) -> bool:
     """Whether a `--once` standby takes the Lease after all: another identity's, unchanged for its lease duration
     while this replica watches (`LeaseLeaderElector.await_lease`: a crashed holder's), not renewed meanwhile. One try
     never takes it (the holder's renewTime is on another clock): a --once run was a standby for ever behind it.
-    `stop` (SIGTERM) ends the wait at once, its pause included: a --once run had no handler, so as a container's PID 1
-    it ignored SIGTERM, kept waiting, might take the Lease and be killed in the middle of its cycle holding it."""
+    `stopping()` (SIGTERM) ends the wait at once, `pause` (what SIGTERM wakes) included: a --once run had no
+    handler, so as a container's PID 1 it ignored SIGTERM, kept waiting, might take the Lease and be killed in the
+    middle of its cycle holding it. `gputide run --once` and `gputide schedule --once` both wait here, with no renewer
+    thread running (`await_lease`: its tries the Lease's one reader); schedule starts one once the Lease is held."""
     await_lease = getattr(elector, "await_lease", None)
-    return await_lease is not None and await_lease(stop.is_set, stop.wait) and not stop.is_set()
+    return await_lease is not None and await_lease(stopping, pause) and not stopping()
 
 
 def one_cycle(reconciler: Reconciler, stop: threading.Event) -> int:
@@ -530,7 +533,7 @@ def one_cycle(reconciler: Reconciler, stop: threading.Event) -> int:
     A standby behind another replica's Lease waits for it until `stop` (`lease_expires`)."""
     try:
         report = reconciler.run_once(stop)
-        if report.status == "standby" and lease_expires(reconciler.elector, stop):
+        if report.status == "standby" and lease_expires(reconciler.elector, stop.is_set, stop.wait):
             report = reconciler.run_once(stop)   # a dead holder's Lease, taken over: the cycle as its leader
         # no next cycle to save it: a held budget, a reservation not replaced, this cycle's cooldowns
         saved = reconciler.handover.saved_before_exit(reconciler.ledger)

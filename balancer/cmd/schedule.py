@@ -72,6 +72,7 @@ from balancer.cmd.run import (
     STALE_FLOOR_S,
     cluster_name,
     lease_elector,
+    lease_expires,
     lease_out_of_reach,
     prometheus_url,
     stopped_by_signals,
@@ -333,10 +334,10 @@ def run(args: argparse.Namespace) -> int:
              stop_budget_s(scheduler, getattr(elector, "api", None)))
     with stopped_by_signals(scheduler.stop, "stopping before the next pod, then releasing the Lease"):
         try:
+            if args.once:   # the renewer started once the Lease is held (`one_shot`)
+                return one_shot(scheduler, leading, elector)
             if elector is not None:   # renewed from its own thread however long a pass runs; released on the way out
                 elector.start()
-            if args.once:
-                return one_shot(scheduler, leading, elector)
             return serve(args, scheduler, placer, leading, interval)
         finally:
             if elector is not None:   # first: the next leader need not wait for the watches to close
@@ -357,20 +358,23 @@ def emergency_stop(args: argparse.Namespace) -> EmergencyStop:
 
 def one_shot(scheduler, leading, elector=None) -> int:
     """`--once`: one pass if this replica holds the Lease (or elects none), each pod's node printed. Not holding it
-    because the Lease could not be read or written (`last_failure`: the API unreachable, failing or refusing) is
-    said so and exits as a pass that could not read the API does: it was said as another replica holding it, exit 0,
-    so a script or a check took an API server down for a healthy standby. A Lease another replica holds is watched
-    for up to a lease duration (`await_lease`): a dead holder's is taken over, one renewed meanwhile leaves this
-    replica a standby; SIGTERM ends the wait at once (`scheduler.stop()` wakes `wait_for_work`)."""
-    if not leading() and elector is not None:
-        elector.await_lease(lambda: scheduler.stopping, scheduler.wait_for_work)
-    if not leading():
+    because the Lease could not be read or written (`lease_out_of_reach`: the API unreachable, failing or refusing)
+    is said so and exits as a pass that could not read the API does: it was said as another replica holding it,
+    exit 0, so a script or a check took an API server down for a healthy standby. A Lease another replica holds is
+    watched for up to a lease duration (`lease_expires`, as `gputide run --once` waits): a dead holder's is taken
+    over, one renewed meanwhile leaves this replica a standby; SIGTERM ends the wait at once (`scheduler.stop()`
+    wakes `wait_for_work`). The first try and the wait renew on demand; the renewer thread starts only once the
+    Lease is held, for the pass (its bindings ask the flag it keeps, no API call each): started before, it read
+    the Lease between the wait's tries and reset the failure that ended the wait before it was read."""
+    if not leading() and not lease_expires(elector, lambda: scheduler.stopping, scheduler.wait_for_work):
         out_of_reach = lease_out_of_reach(elector, "schedule", "nothing bound")
         if out_of_reach is not None:
             print(out_of_reach, file=sys.stderr)
             return EXIT_UNREACHABLE
         print("not the leader: another replica holds the Lease; nothing bound")
         return 0
+    if elector is not None:   # held: kept from its own thread however long the pass runs (released by `run`)
+        elector.start()
     try:
         placed = scheduler.schedule_once()
     except ActuationError as exc:   # the API server unreachable or failing: said in one line, not a traceback
