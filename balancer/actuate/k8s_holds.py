@@ -247,7 +247,9 @@ class Holds:
         # there again where the rest suffice: no flapping, as `plan` counts as room only the pods `room_coming`
         # says are coming (the same test), so the new hold never waits for the stuck pod
         if stuck_awaited or not makes_room(view[i], req, leaving):   # those evicted already are not spared
-            stalled = makes_room(view[i], req, [*leaving, *stuck_awaited])   # else others took the room besides
+            # else others took the room besides (one it waits for, stuck, is counted once: another hold's victim too
+            # is among `leaving`)
+            stalled = makes_room(view[i], req, [*leaving, *(u for u in stuck_awaited if u not in leaving)])
             return self._room_taken(req, i, view, offers, left,
                                     stuck=[u.key for u in stuck_awaited] if stalled else ())
         refusal = self._refusal(req, i, view, offers)
@@ -577,12 +579,17 @@ class Holds:
         either, and counted it pinned the pod there for ever (its hold kept past the hour, said stuck), where
         planned afresh it preempts elsewhere. (A victim evicted for a hold is matched by name, as before: the pass's
         list may not show it terminating yet; one stuck keeps the hold past the hour, `k8s_stuck`: it was killed for
-        this node.)"""
-        named = {k for e in node["reservations"].values() for f in (LEFT, EVICTED) for k in e.get(f) or ()}
-        waited = {k for e in node["reservations"].values() for k in awaited_of(e)}
+        this node.) Each hold's own `AWAITED` decides for the pods that hold names: one hold evicted X (its room
+        that hold's), another only waits for X; with X stuck, the waits of all holds merged dropped it from the room
+        the first hold's victims free, and that hold was given back as though others took the room."""
+        named, sure = set(), set()   # named by a hold; named by one that does not only wait for it
+        for e in node["reservations"].values():
+            victims, waited = {k for f in (LEFT, EVICTED) for k in e.get(f) or ()}, set(awaited_of(e))
+            named |= victims
+            sure |= victims - waited
         now = self.preemptor.clock()
         return [u for u in (*self._bound_by_node().get(node["name"], ()), *self._evicted.get(node["name"], ()))
-                if u.key in named and (u.key not in waited or room_coming(u, now))]
+                if u.key in sure or u.key in named and room_coming(u, now)]
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
