@@ -152,9 +152,9 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 HOLDER = "scheduler"   # a reservation's field naming the scheduler that holds the node for a pod of its own
 SINCE = "since"        # a preemption's hold field (beside LEFT, EVICTED): when it began; held no longer than max_hold_s
-# a preemption's hold field: those of `EVICTED` it only waits for (`Preemption.awaiting`: terminating already, never
-# evicted for it), said "waited for", not "evicted for it" (`k8s_stuck`). A hold without it (an older gputide's)
-# names them in `EVICTED` alone, read as victims
+# a preemption's hold field: those of `EVICTED` it only waits for (`Preemption.awaiting`, and the victims its
+# evictions found terminating already, `Preemptor.preempt`: never evicted for it), said "waited for", not "evicted
+# for it" (`k8s_stuck`). A hold without it (an older gputide's) names them in `EVICTED` alone, read as victims
 AWAITED = "awaited"
 DEFAULT_GRACE_S = 30.0   # a pod's terminationGracePeriodSeconds when its spec sets none (the API server's default)
 # after a victim's grace period: the kubelet's kill, the watch, the pass that binds. It also absorbs the skew
@@ -753,7 +753,12 @@ class Preemptor:
         still names every victim not known evicted, so the next leader (or this replica's next term) carries on.
         The pods terminating already that the pod waits for (`Preemption.awaiting`) are neither read nor evicted:
         the reservation names them from the start as waited for (`EVICTED`; `reserve`), and a choice with no victim
-        only holds the node and nominates it."""
+        only holds the node and nominates it. A victim its eviction finds terminating already
+        (`Evictions.terminating`: its owner deleting it since the pass listed it) is written as only waited for too
+        (`AWAITED`): the eviction was not this preemption's, so stuck past its grace it gives the hold back as they
+        do (`k8s_holds`), where it kept the hold past the hour and was said "evicted for it" (`k8s_stuck`). (A victim
+        `resume` finds terminating stays a victim: an earlier term may have evicted it for this very hold, the Lease
+        lost before it was written down.)"""
         key = req["name"]
         # those a budget covers first: a refusal (429, the budget spent meanwhile) then comes before a victim
         # without one is killed for a preemption that does not happen
@@ -774,7 +779,9 @@ class Preemptor:
             raise done.error
         now = self.clock()
         waited = sorted({*done.leaving, *awaiting})
-        done.entry = self._note(key, choice.node, entry, noted(entry, done.left, waited, done.holding(now), now,
+        # those found terminating already: no eviction of its own, only waited for (`AWAITED`), as `awaiting`
+        said = {**entry, AWAITED: sorted({*awaiting, *done.terminating})} if done.terminating else entry
+        done.entry = self._note(key, choice.node, entry, noted(said, done.left, waited, done.holding(now), now,
                                                                self.reserve_s))
         if not self.halted():
             self.nominate(key, choice.node)
