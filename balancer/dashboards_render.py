@@ -14,8 +14,9 @@ PNG per dashboard:
 - table with `groupingToMatrix` (node x GPU grid): a row-label x column-label image of the last values;
 - other tables: a table of each series' labels and last value, inside the panel (value mappings applied);
 - bar gauges and stats: the last value of each series;
-- a library panel (a reference to a panel kept in Grafana's library: its queries are not in the file): a
-  placeholder saying so, counted in `RenderReport.library_panels`, not as a panel without data;
+- a library panel (a reference to a panel kept in Grafana's library: its queries are not in the file, or only
+  in an inline copy Grafana does not draw from): a placeholder saying so, counted in `RenderReport.library_panels`,
+  not as a panel without data;
 - a panel without queries (a text panel): its title and a note, no data to miss (not a panel without data).
 
 The drawing itself is `balancer.dashboards_draw`.
@@ -171,7 +172,8 @@ _PANEL = {
 }
 # The one kind of value mapping the renderer reads (dashboards_draw._mapped): value -> {text, color}.
 _VALUE_MAPPING = {"options": _Each((dict, type(None)))}
-# A library panel as Grafana saves and exports it: its place and a reference, no type (its model is in the library).
+# A library panel as Grafana saves and exports it: its place and a reference (its model is in the library; an inline
+# copy of it, type and queries, that some Grafana versions also save is not what Grafana shows, and is not read).
 _LIBRARY_REF = {"title": str, "gridPos": _PANEL["gridPos"], "libraryPanel": _Need({"uid": str, "name": str})}
 _DASHBOARD = {
     "title": _Need(str), "uid": str,
@@ -226,8 +228,10 @@ def _check(value: object, spec: object, where: str) -> None:
 
 
 def is_library_panel(panel: dict) -> bool:
-    """A reference to a library panel (`libraryPanel`, no `type`): the file holds its place, not its queries."""
-    return "libraryPanel" in panel and "type" not in panel
+    """A reference to a library panel (`libraryPanel`): the file holds its place, not its queries. With an inline
+    `type` too (a copy of the library's model some Grafana versions save beside the reference) it is still one:
+    Grafana draws the library element's model, not the copy, which may be out of date or gone from the library."""
+    return "libraryPanel" in panel
 
 
 def _check_panel(panel: object, where: str, in_row: bool = False) -> None:

@@ -195,6 +195,20 @@ def _render_with_data(tmp_path: Path, capsys, panels: list[dict]) -> None:
     assert (tmp_path / "png" / "board.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def _rendered(tmp_path: Path):
+    """The dashboards in `tmp_path` rendered against a Prometheus with data: the report and the queries it was sent."""
+    from test_dashboards_render import FakePrometheus
+
+    from balancer import dashboards_render as dr
+
+    fake = FakePrometheus()
+    try:
+        report = dr.render(fake.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
+    finally:
+        fake.close()
+    return report, [q.get("query") for q in fake.queries]
+
+
 @pytest.mark.parametrize("panel_type", ["stat", "timeseries", "heatmap", "table", "bargauge"])
 def test_a_panel_one_column_wide_and_one_row_high_is_drawn(tmp_path, capsys, panel_type):
     """Grafana's least panel (w 1, h 1) was a negative axes size, a matplotlib ValueError traceback."""
@@ -224,18 +238,12 @@ def test_a_library_panel_reference_is_drawn_as_a_placeholder_not_refused_nor_wit
     """Grafana saves and exports a library panel as its place and a reference, no type: refused for its missing
     type (exit 2), and before that drawn as "No data" (exit 1 with --require-data). Its queries are in Grafana's
     library, not in the file: a placeholder saying so, neither drawn nor counted as without data."""
-    from test_dashboards_render import GPUS, FakePrometheus
-
-    from balancer import dashboards_render as dr
+    from test_dashboards_render import GPUS
 
     library = {"id": 3, "gridPos": GRID | {"x": 12}, "libraryPanel": {"uid": "a1b2c3", "name": "Fleet temperature"}}
     _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, library])
     assert "board: library panels drawn as placeholders: Fleet temperature" in capsys.readouterr().err
-    fake = FakePrometheus()
-    try:
-        report = dr.render(fake.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
-    finally:
-        fake.close()
+    report, _ = _rendered(tmp_path)
     assert report.library_panels == {"board": ["Fleet temperature"]}
     assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
 
@@ -250,19 +258,13 @@ def test_a_grid_transformation_without_options_is_drawn_as_a_table(tmp_path, cap
 def test_a_panel_without_queries_is_not_a_panel_without_data(tmp_path, capsys):
     """A text panel (or a panel whose queries were all removed) has nothing to query: it was drawn as "No data",
     counted among the empty panels, and --require-data exited 1 for a dashboard whose every query had data."""
-    from test_dashboards_render import GPUS, FakePrometheus
-
-    from balancer import dashboards_render as dr
+    from test_dashboards_render import GPUS
 
     text = {"type": "text", "title": "Read me", "gridPos": GRID | {"x": 12}, "options": {"content": "# Notes"}}
     emptied = STAT | {"title": "No queries left", "gridPos": GRID | {"y": 9}, "targets": []}
     row = {"type": "row", "title": "More", "collapsed": False, "panels": [], "gridPos": GRID | {"y": 8, "h": 1}}
     _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, text, row, emptied])
-    fake = FakePrometheus()
-    try:
-        report = dr.render(fake.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
-    finally:
-        fake.close()
+    report, _ = _rendered(tmp_path)
     assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
 
 
@@ -339,3 +341,17 @@ def test_a_collapsed_rows_panels_are_placed_below_it_and_push_the_panels_below_d
     assert placed == [("panels[0]", "top", 0), ("panels[1].panels[0]", "a", 9), ("panels[1].panels[1]", "b", 17),
                       ("panels[2]", "below", 25), ("panels[3].panels[0]", "c", 34)]
     assert a["gridPos"]["y"] == 40, "the dashboard itself is left as it is"
+
+
+def test_a_library_panel_with_an_inline_copy_is_drawn_as_the_library_placeholder(tmp_path, capsys):
+    """Some Grafana versions save a library panel's model beside its reference (type, queries): it was drawn from
+    that copy, its queries run, though Grafana draws the library element's model. A placeholder like the others."""
+    from test_dashboards_render import GPUS
+
+    library = STAT | {"title": "Old copy", "gridPos": GRID | {"x": 12}, "targets": [{"expr": "gpu:stale_copy"}],
+                      "libraryPanel": {"uid": "a1b2c3", "name": "Fleet temperature"}}
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, library])
+    assert "board: library panels drawn as placeholders: Old copy" in capsys.readouterr().err
+    report, queries = _rendered(tmp_path)
+    assert "gpu:stale_copy" not in queries
+    assert report.library_panels == {"board": ["Old copy"]} and report.series == {"board": {"GPUs": len(GPUS)}}
