@@ -178,9 +178,9 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
 
     ISO-8601 only, never pandas' guess at a format: `format="mixed"` read a day-first 01/02/2024 as 2 January and
     13/01/2024 as 13 January in one file, a trace silently reordered (exit 0). A True/False cell is refused as any
-    bad time is: pandas reads a large CSV in blocks of rows (131,072 of a 4-column file), and a block holding only
-    True/False comes back as booleans beside the text or numbers of the rest, which to_numeric took for 1 and 0:
-    among ISO times the column was said to mix the two forms, among epoch seconds `False` was 1970 (audit s38)."""
+    bad time is: pandas reads a column of only True/False as booleans, which to_numeric took for 1 and 0 (and, before
+    `read_rows` typed a file at once, so read a block of 131,072 such rows beside the text or numbers of the rest:
+    among ISO times the column was said to mix the two forms, among epoch seconds `False` was 1970; audit s38)."""
     flags = booleans(raw)
     if flags.any():   # True/False, which pandas reads as booleans: no time at all
         row = int(np.flatnonzero(flags.to_numpy())[0])
@@ -317,18 +317,22 @@ def read_rows(path: str) -> pd.DataFrame:
     on every row (a trailing comma) for an index: each value was read under the next column's name, the demand as
     the time and no value at all. Here a trailing comma's empty field is dropped, and a row holding a value past
     the header, or more fields than the header and the first row (a trailing comma on some rows only: pandas
-    refused it as a 'C error'), is an InputError naming its line; pandas' other errors pass on."""
+    refused it as a 'C error'), is an InputError naming its line; pandas' other errors pass on.
+
+    The whole file is typed at once (`low_memory=False`): pandas otherwise guesses each block of rows' types on its
+    own (262,144 rows of a 2-column file), and a column numeric in one block and text in another came back mixed
+    with a DtypeWarning on stderr, beside gputide's error for a bad value or a run that went through."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.ParserWarning)   # a row longer than the header: pandas drops the rest
         try:
-            return pd.read_csv(path, index_col=False)
+            return pd.read_csv(path, index_col=False, low_memory=False)
         except pd.errors.ParserWarning:
             _refuse_long_rows(path)
         except pd.errors.ParserError:
             _refuse_long_rows(path, uneven=True)
             raise
         warnings.simplefilter("ignore", pd.errors.ParserWarning)   # only empty fields past the header
-        return pd.read_csv(path, index_col=False)
+        return pd.read_csv(path, index_col=False, low_memory=False)
 
 
 def _refuse_long_rows(path: str, *, uneven: bool = False) -> None:
@@ -460,7 +464,7 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
     clients = []
     for f in files:
         try:
-            df = pd.read_csv(f, header=None, usecols=[0, 1])
+            df = pd.read_csv(f, header=None, usecols=[0, 1], low_memory=False)   # typed at once, as `read_rows`
         except _READ_ERRORS as exc:
             raise InputError(str(f), "file", f.name, "headerless rows window_start_s,rate_req_per_s,...",
                              detail=_one_line(exc)) from exc
