@@ -327,19 +327,34 @@ def awaited_of(entry: Json) -> list[str]:
     return list(names) if isinstance(names, list) and all(isinstance(k, str) for k in names) else []
 
 
+def past_grace(ends: float | None, now: float) -> bool:
+    """Whether a pod being deleted whose grace ends at `ends` (its `deletionTimestamp`: the deletion's time plus its
+    grace period, by the API server's clock) is past it at `now`, and `GRACE_SLACK_S` more: stuck (a finalizer no
+    one removes, a kubelet that hangs). Asked both where a pod's room is weighed (`room_coming`: past it, no room
+    coming) and where a hold at its hour is kept for its victims (`k8s_stuck`: past it, kept while they are there).
+
+    One whose end cannot be read (`ends` None) is taken as within its grace: nothing says it is stuck, and taken as
+    stuck the planner would count its room as never coming and evict other pods in its place on that guess, and a
+    hold would be kept past the hour with a PreemptionStuck Event and the alert for a pod not known to be stuck.
+    Within it, nothing more is evicted: the pod waits for it, as kube-scheduler waits for any pod terminating on a
+    nominated node, its hold lapsing at the hour as any does (and made again while that pod is still there). The two
+    readers disagreed: `room_coming` counted such a pod as coming, `k8s_stuck` as stuck."""
+    return ends is not None and now >= ends + GRACE_SLACK_S
+
+
 def room_coming(pod: Any, now: float) -> bool:
-    """Whether the room of `pod` (`k8s_reads.Usage`, bound) is coming: it is terminating, its grace not ended more
-    than `GRACE_SLACK_S` ago (`Usage.deleting`: its `deletionTimestamp`, the deletion's time plus its grace, by the
-    API server's clock: `GRACE_SLACK_S` absorbs ordinary skew; one without a readable time is counted) nor ending
-    more than `MAX_HOLD_S` from `now`, and it is not made again on its node (`Usage.comes_back`). Past its grace
-    it is stuck (a finalizer no one removes): counted as coming, it pinned a pending pod to its node for ever (held,
-    waiting, `Holds.stuck` past the hour), where the pod would preempt elsewhere; it is then neither victim nor
-    room, as a running pod of equal priority is. So is one whose grace ends beyond the hour a hold lasts (its owner
-    deleted it with a grace of a day): counted, the pod waited there all day, its hold lapsing at every hour and
-    made again; it is counted once its grace ends within the hour."""
-    deleting = pod.deleting
-    return bool(pod.terminating) and not pod.comes_back and (
-        not deleting or deleting - MAX_HOLD_S <= now < deleting + GRACE_SLACK_S)
+    """Whether the room of `pod` (`k8s_reads.Usage`, bound) is coming: it is terminating, not past its grace
+    (`past_grace`: `Usage.deleting`, its `deletionTimestamp`, the deletion's time plus its grace, by the API
+    server's clock, and `GRACE_SLACK_S` more, which absorbs ordinary skew; one without a readable time is within
+    it) nor ending more than `MAX_HOLD_S` from `now`, and it is not made again on its node (`Usage.comes_back`).
+    Past its grace it is stuck (a finalizer no one removes): counted as coming, it pinned a pending pod to its node
+    for ever (held, waiting, `Holds.stuck` past the hour), where the pod would preempt elsewhere; it is then neither
+    victim nor room, as a running pod of equal priority is. So is one whose grace ends beyond the hour a hold lasts
+    (its owner deleted it with a grace of a day): counted, the pod waited there all day, its hold lapsing at every
+    hour and made again; it is counted once its grace ends within the hour."""
+    ends = pod.deleting or None   # 0.0: not being deleted, or its time unreadable
+    return bool(pod.terminating) and not pod.comes_back and not past_grace(ends, now) and (
+        ends is None or ends - MAX_HOLD_S <= now)
 
 
 def paused(entry: Json, hot_until: float | None, now: float, reserve_s: float, max_hold_s: float = MAX_HOLD_S) -> Json:

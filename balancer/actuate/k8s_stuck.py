@@ -42,12 +42,12 @@ from typing import Any
 from balancer.actuate.k8s_actuator import post_event
 from balancer.actuate.k8s_preempt import (
     EVICTED,
-    GRACE_SLACK_S,
     MAX_HOLD_S,
     SINCE,
     Preemptor,
     awaited_of,
     capped,
+    past_grace,
 )
 from balancer.actuate.kubernetes import NotFoundError, parse_time, rfc3339
 from balancer.errors import ActuationError
@@ -109,10 +109,12 @@ def _ago(entry: Json, now: float) -> str:
 
 
 def _still_there(preemptor: Preemptor, victim: str, node: str) -> bool:
-    """Whether `victim` is still on `node` and terminating past its grace (its `deletionTimestamp`, the deletion's
-    time plus its grace period, and `GRACE_SLACK_S` more; one without a readable time is past it), as the API server
-    says now; one that cannot be read counts as there (logged: the next renewal reads it again). One within its
-    grace is not stuck: its owner's deletion with a 2 h grace was said stuck at 57 min."""
+    """Whether `victim` is still on `node` and terminating past its grace (`k8s_preempt.past_grace`: its
+    `deletionTimestamp`, the deletion's time plus its grace period, and `GRACE_SLACK_S` more; one without a readable
+    time is within it, as `room_coming` takes it: it was taken as past it here, kept past the hour and said stuck,
+    while the planner counted its room as coming), as the API server says now; one that cannot be read counts as
+    there (logged: the next renewal reads it again). One within its grace is not stuck: its owner's deletion with a
+    2 h grace was said stuck at 57 min."""
     ns, name = victim.split("/", 1)
     try:
         pod = preemptor.api(f"pod {victim}", preemptor.api.core.read_namespaced_pod, name, ns,
@@ -127,8 +129,7 @@ def _still_there(preemptor: Preemptor, victim: str, node: str) -> bool:
     if not meta.get("deletionTimestamp") or spec.get("nodeName") != node or status.get("phase") in ("Succeeded",
                                                                                                   "Failed"):
         return False
-    ends = parse_time(meta.get("deletionTimestamp"))
-    return ends is None or preemptor.clock() >= ends + GRACE_SLACK_S
+    return past_grace(parse_time(meta.get("deletionTimestamp")), preemptor.clock())
 
 
 def stuck_said(node: str, victims: Sequence[str]) -> str:
