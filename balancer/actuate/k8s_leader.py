@@ -16,8 +16,8 @@ however long a reconcile cycle runs, and the loop's check before each action (`t
 flag, not an API call; renewals that keep failing until the deadline make `is_leader` False at once, with no call
 from the loop.
 Without `start()`, `try_acquire` renews on demand (the loop asks before every action).
-A `--once` run found standby behind another identity's Lease keeps trying for up to a lease duration
-(`await_lease`), the takeover rule above deciding: one try never takes a crashed holder's Lease.
+A `--once` run found standby behind another identity's Lease keeps trying for up to a lease duration, its own at
+most (`await_lease`), the takeover rule above deciding: one try never takes a crashed holder's Lease.
 """
 
 from __future__ import annotations
@@ -215,14 +215,18 @@ class LeaseLeaderElector:
         Lease found: paused so, a run behind a live holder's 15 s Lease waited 30 min to leave as a standby (a run
         of one try left at once), and one behind a dead holder's waited 12 h (a 24 h interval) to take it. The
         deadline is judged by the tick a try began at, as the takeover rule judges it: a slow read just before it
-        (one call may take 5 s) must not end the wait with the Lease still to take."""
+        (one call may take 5 s) must not end the wait with the Lease still to take.
+
+        It waits at most our own lease duration (`_most`): a Lease written with a longer one (3600 s: a holder
+        with a 20 min --interval) held a --once run (a CronJob's, its deadline shorter) that long. Ended so, the
+        Lease neither taken nor seen renewed, `outwaited()` says so for the caller to report, not exit a standby."""
         with self._lock:
             seen, since, duration = self._observed, self._observed_at, self._observed_for
             if self.is_leader or self.last_failure is not None or seen is None or seen[0] in ("", self.identity):
                 return self.is_leader
-        pause, step = self.pause or pause or self._halt.wait, self._await_step(duration)
-        deadline, began = since + duration + step, since
-        tries = int((duration + step) / step) + 1   # also ends on a clock held still
+        pause, step, most = self.pause or pause or self._halt.wait, self._await_step(duration), self._most(duration)
+        deadline, began = since + most + step, since
+        tries = int((most + step) / step) + 1   # also ends on a clock held still
         for _ in range(tries):
             if stopping() or self._halt.is_set() or began >= deadline:
                 break
@@ -245,6 +249,27 @@ class LeaseLeaderElector:
         with self._lock:
             failure = self.last_failure
         return None if isinstance(failure, ConflictError) else failure
+
+    def _most(self, duration: int) -> int:
+        """How long `await_lease` watches a Lease of `duration` s: that, at most our own lease duration (logged
+        when less: a crashed holder's Lease cannot then be taken, nor a live holder told from a crashed one)."""
+        if duration > self.lease_duration_s:
+            log.warning("lease %s/%s: its leaseDurationSeconds %d is longer than ours (%d s), the most a --once run "
+                        "waits for it: unless renewed within %d s, neither taken nor known to be a live holder's",
+                        self.namespace, self.name, duration, self.lease_duration_s, self.lease_duration_s)
+        return min(duration, self.lease_duration_s)
+
+    def outwaited(self) -> tuple[str, int] | None:
+        """(holder, leaseDurationSeconds) of another identity's Lease that `await_lease` watched unchanged for the
+        most it waits (`_most`: our lease duration, shorter than the Lease's) and so neither took (a crashed holder's
+        is taken only once unchanged for its own duration) nor saw renewed (a live holder's); None otherwise (held,
+        renewed meanwhile, out of reach, or a wait cut short by SIGTERM)."""
+        with self._lock:
+            seen, since, duration = self._observed, self._observed_at, self._observed_for
+            if (self.is_leader or self.last_failure is not None or seen is None or seen[0] in ("", self.identity)
+                    or duration <= self.lease_duration_s or self._tick() - since < self.lease_duration_s):
+                return None
+        return seen[0], duration
 
     def _await_step(self, duration: int) -> float:
         """`await_lease`'s pause between tries for a Lease of `duration` s: a sixth of it (as our own retry period

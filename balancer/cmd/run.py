@@ -10,14 +10,15 @@ the Lease elector, the metrics HTTP server. With `--leader-elect` a thread renew
 renew deadline, whatever the loop is doing, and the loop checks it before every action. SIGTERM / SIGINT let the
 action in progress finish, skip the rest of the cycle's actions and release the Lease, so a standby takes over at
 once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). `--once
---leader-elect` watches a Lease another replica holds for up to a lease duration, and takes it over if nobody
-renews it meanwhile (a crashed holder's; `lease_expires`), else it is a standby; SIGTERM ends that wait (a
-standby, exit 0). Every action ends within `--action-deadline` (its API calls, undo included:
+--leader-elect` watches a Lease another replica holds for up to a lease duration (its own at most), and takes it
+over if nobody renews it meanwhile (a crashed holder's; `lease_expires`), else it is a standby; SIGTERM ends that
+wait (a standby, exit 0). Every action ends within `--action-deadline` (its API calls, undo included:
 balancer/actuate/k8s_budget.py), the figure the grace period and the liveness limit are derived from
 (balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
 ended fail-static (held still) or, with `--leader-elect`, could not read or write its Lease (nothing done; said with
-the API's error, not as a standby), 4 `--once` could not save the safety ledger where the next run reads it (logged:
-that run inherits an older ledger, without this one's cooldowns and evictions since its last save).
+the API's error, not as a standby) or gave up on one of a longer lease duration than its own, not renewed
+meanwhile, 4 `--once` could not save the safety ledger where the next run reads it (logged: that run inherits an
+older ledger, without this one's cooldowns and evictions since its last save).
 
 The safety ledger (cooldowns, evictions and migrations in their windows) survives a restart only where it is kept:
 on the Lease with `--leader-elect`, in `--ledger-file PATH` (a restart without leader election: a crash loop,
@@ -76,7 +77,7 @@ from balancer.metrics import ControllerMetrics
 from balancer.safety import SafetyGuard
 
 log = logging.getLogger(__name__)
-EXIT_FAIL_STATIC = 3   # --once: held still, or the Lease could not be read or written (`lease_out_of_reach`)
+EXIT_FAIL_STATIC = 3   # --once: held still, or the Lease out of reach or too long to wait for (`lease_out_of_reach`)
 EXIT_LEDGER_NOT_SAVED = 4   # --once: the safety ledger's last save failed (no next cycle to try it again)
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_NAMESPACE = "gputide"
@@ -263,13 +264,24 @@ def lease_out_of_reach(elector, command: str, nothing: str) -> str | None:
     `unreachable()`: the API unreachable or failing, or refusing it, a 403), ending in `nothing` (what it therefore
     did not do); None when the try reached the Lease (another replica holding it, a 409, included) or the elector
     keeps no such failure. Such a replica was said to be a standby, exit 0: a script or a check took an API server
-    cut off, or a Role missing the Lease, for a healthy standby."""
+    cut off, or a Role missing the Lease, for a healthy standby. So is one whose wait ended at its own lease duration
+    behind a Lease of a longer one, not renewed meanwhile (`outwaited`): it cannot tell a live holder from a crashed
+    one, whose Lease it would take only after that longer wait (a CronJob's run waited an hour behind a 3600 s one)."""
     unreachable = getattr(elector, "unreachable", None)
     failure = unreachable() if unreachable is not None else None
-    if failure is None:
+    if failure is not None:
+        how = "could not be reached" if isinstance(failure, TemporaryActuationError) else "refused"
+        return f"gputide {command} --once: the Kubernetes API {how} for the Lease: {failure}; {nothing}"
+    outwaited = getattr(elector, "outwaited", None)
+    found = outwaited() if outwaited is not None else None
+    if found is None:
         return None
-    how = "could not be reached" if isinstance(failure, TemporaryActuationError) else "refused"
-    return f"gputide {command} --once: the Kubernetes API {how} for the Lease: {failure}; {nothing}"
+    (holder, duration), most = found, elector.lease_duration_s
+    return (f"gputide {command} --once: the Lease {elector.namespace}/{elector.name} is {holder}'s, its "
+            f"leaseDurationSeconds {duration} longer than this run waits ({most} s, its own lease: three --interval, "
+            f"at least 15 s); not renewed meanwhile, so neither taken (a crashed holder's is, once unchanged for "
+            f"{duration} s) nor known to be a live holder's; {nothing} (an --interval of {-(-duration // 3)}s or "
+            "more waits for it)")
 
 
 def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Reconciler:

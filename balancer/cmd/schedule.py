@@ -80,7 +80,9 @@ from balancer.cmd.run import (
 from balancer.config import BalancerPolicy
 from balancer.errors import ActuationError, InputError
 
-EXIT_UNREACHABLE = 3   # --once: the pass (or the Lease) could not read the API (as `gputide run --once` exits 3)
+# --once: the pass (or the Lease) could not read the API, or the Lease was too long to wait for (`lease_out_of_reach`),
+# as `gputide run --once` exits 3
+EXIT_UNREACHABLE = 3
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "gputide-scheduler"   # --lease-name's default
