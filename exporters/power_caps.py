@@ -91,7 +91,10 @@ keeps its wait, and is asked at the watts asked then: the controller's throttle 
 limit changed by hand (taken as the limit before, or re-capped) is asked at once too: something outside the agent
 changed. A GPU no longer asked for anything (its give-back settled another way: reset to the default, set by hand) or
 no longer on the node waits no more; one whose limit is unread keeps its wait. Any other refusal (a lost GPU, a Set
-past its deadline, a limit moved) is asked again at every sync, and ends a wait.
+past its deadline, a limit moved) is asked again at every sync, and ends a wait. No Set is asked for the limit already
+in force: the NVML target counts it done without a call (its milliwatts equal), and a first cap seen refused whose GPU
+an operator put at its watts is not asked (in force, and the operator's: `_held_down`). Asked, a node already at the
+watts asked failed every sync for good without CAP_SYS_ADMIN.
 
 Besides the source and the limits before, the agent remembers only what it applied since it started: a restarted
 agent applies every cap again (a limit set by hand on a GPU the source names is overwritten then). A cap whose key
@@ -612,11 +615,17 @@ class PowerCapAgent:
 
     def _held_down(self, requests: dict[str, float], limits: Mapping[str, PowerLimit] | None) -> dict[str, float]:
         """`requests` held to each GPU's limit before gputide's cap, a give-back (RESTORE) set to it; that limit
-        is kept (written) before a GPU is first capped."""
+        is kept (written) before a GPU is first capped. A first cap seen refused whose GPU runs at the watts it
+        would set (an operator's ``nvidia-smi -pl`` while the driver refused it) is not asked: in force already, and
+        the operator's, not gputide's (`_not_capped_yet`). Asked, the NVML target counts a Set at the limit in force
+        done without a call, and the operator's limit became gputide's cap: given back, the GPU was forgotten, and an
+        agent restarted under the give-back the controller keeps raised it to the default."""
         held_down = {}
         for uuid, watts in requests.items():
             held = self.before.get(uuid)
             limit = None if limits is None else limits.get(uuid)
+            if held is not None and held.refused and limit is not None and runs_at(limit, min(watts, held.before_w)):
+                continue   # not failed either: what it asks for is in force
             if held is None and watts != RESTORE and limit is not None:
                 if self._unread(uuid, limit):
                     continue   # its limit before unknown: capped once it reads

@@ -46,7 +46,10 @@ Each Set is a compare-and-set: in the GPU's job, right before it, the limit is r
 limit the last `power_limits` answered for it (the one the agent decided on) is not Set (`Moved`, refused: judged
 again at the next sync). A late limit read may have sampled the limit before an operator's ``nvidia-smi -pl 250``:
 a give-back judged on it raised 250 W to the default, a first cap kept the default as the limit before.
-NVML stopping is told by any GPU's call failing with it.
+NVML stopping is told by any GPU's call failing with it. A GPU whose limit that read finds already at the milliwatts
+the Set would write is not Set: counted set (applied, as NVML would have answered it). Asked all the same, a Set
+refused NoPermission or NotSupported (a container without CAP_SYS_ADMIN on a node already at that limit: an operator's
+``nvidia-smi -pl`` at the watts asked) failed every sync for good, for a limit already in force.
 
 This module never imports `pynvml`: it uses the `nvml` module the backend was given.
 """
@@ -141,16 +144,19 @@ class NvmlPowerCaps:
         """Set `watts` (clamped) only while the GPU's limit is still `was`, the one the agent decided on (NaN: none
         read; the agent asks no Set on a GPU whose limit is unread, `PowerCapAgent._request`), re-read in this job
         right before: a limit changed since (an operator's ``nvidia-smi -pl`` while a
-        late read that sampled the old one was inside NVML) is refused (`Moved`), not overwritten."""
+        late read that sampled the old one was inside NVML) is refused (`Moved`), not overwritten. A limit that
+        re-read finds at the very milliwatts to set is not Set again: in force already, done (a driver that refuses
+        the Set, for good, refused a limit it had)."""
         nvml = self.nvml
-        if not math.isnan(was) and abs((now := nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0) - was) \
-                > TOLERANCE_W:
-            raise Moved(f"its limit is {now:.0f} W, not the {was:.0f} W it read (changed since, by hand?): not set, "
-                        "judged again at the next sync")
+        now_mw = math.nan if math.isnan(was) else nvml.nvmlDeviceGetPowerManagementLimit(h)
+        if abs(now_mw / 1000.0 - was) > TOLERANCE_W:   # NaN: not re-read
+            raise Moved(f"its limit is {now_mw / 1000.0:.0f} W, not the {was:.0f} W it read (changed since, by "
+                        "hand?): not set, judged again at the next sync")
         lo, hi = self._constant(uuid, "nvmlDeviceGetPowerManagementLimitConstraints", h)
         top = min(self._constant(uuid, "nvmlDeviceGetPowerManagementDefaultLimit", h), hi)
         mw = int(max(min(float(watts) * 1000.0, top), min(lo, top)))
-        nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
+        if now_mw != mw:   # NVML's limits are whole milliwatts: equal, it is the limit in force
+            nvml.nvmlDeviceSetPowerManagementLimit(h, mw)
         return mw / 1000.0
 
     def power_limits(self, *, call: Call, stuck: Collection[str] = (),

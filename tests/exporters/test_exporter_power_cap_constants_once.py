@@ -231,7 +231,7 @@ def test_a_set_refused_from_a_remembered_range_says_so_and_one_after_its_time_to
 
 def test_a_board_with_a_fixed_limit_is_a_board_and_kept():
     """A range whose minimum is its maximum (a board whose limit cannot be changed) is one a board gives: kept, not
-    asked at every read, and a Set clamps to it."""
+    asked at every read, and a Set clamps to it (the limit in force already: not Set)."""
     nvml, backend = node()
     nvml.devices[0].min_limit_mw = 700 * W
     backend.power_limits()
@@ -240,4 +240,4 @@ def test_a_board_with_a_fixed_limit_is_a_board_and_kept():
     assert asked(nvml, n) == [(LIMIT, "GPU-0"), (LIMIT, "GPU-1")]
     n = len(nvml.asked)
     assert backend.apply_power_caps({"GPU-0": 300.0}) == {"GPU-0": 700.0}
-    assert asked(nvml, n) == [(LIMIT, "GPU-0"), (SET, "GPU-0")]
+    assert asked(nvml, n) == [(LIMIT, "GPU-0")]   # at 700 W already: no Set (the board would refuse it)

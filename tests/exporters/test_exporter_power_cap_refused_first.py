@@ -27,7 +27,8 @@ def test_an_operator_limit_set_while_the_first_cap_is_refused_is_the_one_given_b
     agent.sync()
     assert state.get("GPU-0").before_w == 250.0
     del gpu.fail["nvmlDeviceSetPowerManagementLimit"]   # privileged at last
-    assert agent.sync() == {"GPU-0": 250.0} and gpu.limit_mw == 250 * W   # 400 W would raise it: held to 250 W
+    # 400 W would raise it: held to 250 W, in force already (not asked, the operator's) and failing no more
+    assert agent.sync() == {} and agent.failed is None and gpu.limit_mw == 250 * W
     caps.write_text(json.dumps({"GPU-0": 200}))
     assert agent.sync() == {"GPU-0": 200.0}
     caps.write_text(json.dumps({"GPU-0": {"restore": 200}}))

@@ -28,7 +28,8 @@ def test_an_agent_restarted_after_the_refusal_gives_the_operators_limit_at_the_c
     devs[1].limit_mw = 250_000   # the operator: nvidia-smi -pl 250
     agent.sync()
     assert agent.before.get("GPU-1").before_w == 250.0   # the operator's (was 700 W: taken for gputide's own cap)
-    assert json.loads(state.read_text()) == {"GPU-1": {"before_w": 250.0, "set_w": 250.0}}   # capped: no refusal
+    # in force by the operator's limit: not asked (a Set at the limit in force is none), still the operator's
+    assert json.loads(state.read_text()) == {"GPU-1": {"before_w": 250.0, "refused": True}}
     source.caps = {}
     agent.sync()
     assert devs[1].limit_mw == 250_000   # the operator's, not the 700 W found before the refused cap

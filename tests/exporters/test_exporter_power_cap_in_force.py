@@ -1,0 +1,85 @@
+"""A cap whose watts are the limit already in force is not Set again: a container without CAP_SYS_ADMIN on a node
+already at that limit (an operator's ``nvidia-smi -pl``) had its Set refused NoPermission (or NotSupported), and the
+sync failed for good, refused a limit the GPU had. The NVML target reads the limit right before each Set (its
+compare-and-set) and, at the very milliwatts to set, counts it set without asking the driver. A limit one milliwatt
+off is still asked. Fake NVML, whose Set the driver refuses throughout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission, NVMLError_NotSupported
+from exporters.backends.nvml import NvmlBackend
+from exporters.power_caps import PowerCapAgent
+from exporters.power_limits_before import LimitsBefore
+
+W = 1000   # milliwatts
+SET = "nvmlDeviceSetPowerManagementLimit"
+
+
+class Caps:
+    def __init__(self, caps):
+        self.caps = caps
+
+    def read(self):
+        return dict(self.caps)
+
+
+class Node:
+    """One GPU (default 700 W) at `limit_mw`, its Set refused with `refusal`; the agent asked for `caps`."""
+
+    def __init__(self, tmp_path, limit_mw, caps, refusal=NVMLError_NoPermission):
+        self.gpu = FakeDevice(uuid="GPU-0", limit_mw=limit_mw, default_limit_mw=700 * W)
+        self.gpu.fail[SET] = refusal
+        self.nvml = FakeNvml([self.gpu])
+        self.state = tmp_path / "before.json"
+        self.source = Caps(caps)
+        self.agent = PowerCapAgent(self.source, NvmlBackend(self.nvml), LimitsBefore(self.state))
+
+    def sync(self):
+        """One sync: what it applied and how many Sets it asked NVML."""
+        sets = self.nvml.calls.count(SET)
+        applied = self.agent.sync()
+        return applied, self.nvml.calls.count(SET) - sets
+
+
+@pytest.mark.parametrize("refusal", [NVMLError_NoPermission, NVMLError_NotSupported])
+def test_a_cap_at_the_limit_in_force_is_not_asked_and_the_sync_does_not_fail(tmp_path, refusal):
+    node = Node(tmp_path, 250 * W, {"GPU-0": 250.0}, refusal)
+    for applied in ({"GPU-0": 250.0}, {}, {}):   # counted applied once, then nothing more to ask
+        assert node.sync() == (applied, 0)
+        assert node.agent.failed is None and node.agent.lost == set()   # was: refused, failed for good
+    assert node.gpu.limit_mw == 250 * W
+
+
+def test_a_cap_above_an_operators_limit_held_to_it_is_applied_and_given_back_without_a_set(tmp_path):
+    """nvidia-smi -pl 250, then the controller's 300 W cap: held to the limit before (250 W), the limit in force."""
+    node = Node(tmp_path, 250 * W, {"GPU-0": 300.0})
+    assert node.sync() == ({"GPU-0": 250.0}, 0)
+    assert node.agent.failed is None and node.agent.lost == set()
+    assert json.loads(node.state.read_text()) == {"GPU-0": {"before_w": 250.0, "set_w": 250.0}}
+    node.source.caps = {}   # released: given back to the limit before, 250 W, in force already
+    assert node.sync() == ({"GPU-0": 250.0}, 0)
+    assert node.agent.failed is None and json.loads(node.state.read_text()) == {}
+
+
+@pytest.mark.parametrize("limit_mw", [700 * W, 250 * W + 1], ids=["the default", "one milliwatt off"])
+def test_a_cap_at_another_limit_is_still_asked(tmp_path, limit_mw):
+    node = Node(tmp_path, limit_mw, {"GPU-0": 250.0})
+    assert node.sync() == ({}, 1)
+    assert "NVMLError_NoPermission" in node.agent.failed and node.gpu.limit_mw == limit_mw
+
+
+def test_a_refused_first_cap_put_in_force_by_an_operator_is_not_asked_and_stays_the_operators(tmp_path):
+    """The driver refused gputide's first 250 W cap; an operator sets ``nvidia-smi -pl 250``: in force, nothing to
+    ask (was: refused for good, the sync failing), and not taken for gputide's cap (`Held.refused` kept), so its
+    give-back leaves the operator's limit, an agent restarted under it too."""
+    node = Node(tmp_path, 700 * W, {"GPU-0": 250.0})
+    assert node.sync() == ({}, 1) and node.agent.failed
+    node.gpu.limit_mw = 250 * W   # the operator
+    for _ in range(3):
+        assert node.sync() == ({}, 0)
+        assert node.agent.failed is None and node.agent.lost == set()
+    assert json.loads(node.state.read_text()) == {"GPU-0": {"before_w": 250.0, "refused": True}}
