@@ -265,6 +265,22 @@ def test_a_gpu_whose_limit_is_unread_keeps_its_wait(tmp_path, monkeypatch):
     assert node.asked(3) == [8]   # not asked at once at sync 7, as if its wait had ended
 
 
+@pytest.mark.parametrize("given_back", [{"GPU-0": Restore(250.0)}, {}], ids=["restore", "deleted"])
+def test_a_gpu_whose_limit_is_unread_while_asked_for_another_kind_of_thing_waits_no_more(tmp_path, monkeypatch,
+                                                                                         given_back):
+    """Not asked at a sync whose limit is unread, its wait is kept only while it is asked for the same kind of thing:
+    a give-back asked meanwhile (not Set, the limit unread) ends it, so the cap asked again once the limit reads is
+    asked at once, as after a give-back carried out (was, without that clause: still waiting for the refused cap)."""
+    node = capped_then_refused(tmp_path, monkeypatch)
+    assert [node.sync()[0] for _ in range(2)] == [0, 1]   # syncs 4 and 5: refused again, next at sync 9
+    node.gpu.fail["nvmlDeviceGetPowerManagementLimit"] = NVMLError_Timeout
+    node.source.caps = given_back
+    assert node.sync()[0] == 0 and "could not be read" in node.agent.failed   # sync 6: its give-back waits
+    del node.gpu.fail["nvmlDeviceGetPowerManagementLimit"]
+    node.source.caps = {"GPU-0": 200.0}   # capped again
+    assert node.sync()[0] == 1   # sync 7: asked at once (not at 9)
+
+
 def test_a_refusal_whose_write_failed_is_written_at_the_next_sync_though_the_gpu_waits(tmp_path, monkeypatch):
     node = Node(tmp_path, monkeypatch)
     node.sync()   # refused: asked again at sync 2
