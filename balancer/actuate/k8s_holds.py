@@ -226,21 +226,24 @@ class Holds:
         left, keep the node held while the evicted ones terminate, past the hour while they are stuck there:
         `k8s_stuck`), " preemption: ..." saying so; "" when its reservation names no victim (a starving pod's, or
         its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`), a pod it
-        only waits for is stuck past its grace (`_stuck_awaited`), or victims are left to evict on a node that no
+        only waits for is stuck past its grace (`_judged`), or victims are left to evict on a node that no
         longer admits the pod (`_refusal`): then none is evicted and the node is given back instead (`_room_taken`).
-        With all evicted, such a node stays held up to its cap while they terminate (`k8s_stuck`)."""
+        With all evicted, such a node stays held up to its cap while they terminate (`k8s_stuck`). The clock is
+        read once for it all, and the node's pods walked once for what is running, coming and stuck (`_judged`): each
+        pod's room was judged on a clock reading of its own, and those stuck on yet another, so a grace ending between
+        two readings had a pod coming in one judgment and stuck in the next."""
         key = req["name"]
         i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
                                                      for f in (LEFT, EVICTED))), None)
         if i is None:
             return ""
         node, bound, entry = view[i]["name"], self._bound_by_node(), view[i]["reservations"][key]
-        running = {u.key for u in bound.get(node, ())}
+        now = self.preemptor.clock()
         # whose room is coming: not a pod made again under its name, nor one stuck past its grace (asked only of
         # the pods it waits for, `AWAITED`: `Preemptor.resume`)
-        going = {u.key for u in bound.get(node, ()) if room_coming(u, self.preemptor.clock())}
+        running, going, stuck_awaited = self._judged(bound.get(node, ()), entry, now)
         left = sorted(set(entry.get(LEFT, ())) & running)
-        leaving, stuck_awaited = self._leaving(view[i]), self._stuck_awaited(req, view[i])
+        leaving = self._leaving(view[i], now)
         # any pod it only waits for stuck past its grace gives the hold back, not only one without which the GPUs,
         # CPU and memory fall short (`makes_room`): `choose` weighs extended resources and pod slots too, so a hold
         # dropping it went on waiting (up to the hour) for a device it alone frees. Planned afresh, the pod waits
@@ -285,7 +288,7 @@ class Holds:
         """`req`'s victims on node i no longer make room for it there (`resume`): others took the room its
         evictions made, or hold it (a more important pod bound there, its hold not being held against it, or
         holding it; a pod someone else bound there); or a pod it only waited for is `stuck` past its grace
-        (`_stuck_awaited`: said so, not "others took" it); or, with victims left to evict, the node no longer admits it
+        (`_judged`: said so, not "others took" it); or, with victims left to evict, the node no longer admits it
         (`refusal`: cordoned, tainted, relabelled since its preemption began; kube-scheduler too lets a pod whose
         nominated node became unresolvable preempt elsewhere). None of the `victims` (those left to evict, still
         there) is evicted (killed for room it would not get), the node is given back and its nomination cleared:
@@ -556,18 +559,25 @@ class Holds:
         bound[node] = kept
         self._evicted.setdefault(node, []).extend(gone)
 
-    def _stuck_awaited(self, req: Json, node: Json) -> list[Usage]:
-        """The pods `req`'s hold on `node` only waits for (`AWAITED`) that are still there, terminating, their room
-        no longer coming (`room_coming`: stuck past their grace): the hold is given back (`resume`). Only those
-        stuck while their GPUs, CPU and memory were short gave it back: one freeing an RDMA device the pod needs
-        (which `makes_room` does not weigh) was dropped from the hold, the pod waiting for the rest (up to the hour)
-        for a device that never came, where it would have evicted a pod holding one elsewhere at once."""
-        waited = set(awaited_of(node["reservations"].get(req["name"]) or {}))
-        now = self.preemptor.clock()
-        return [u for u in self._bound_by_node().get(node["name"], ())
-                if u.key in waited and u.terminating and not room_coming(u, now)]
+    @staticmethod
+    def _judged(on_node: Iterable[Usage], entry: Json, now: float) -> tuple[set[str], set[str], list[Usage]]:
+        """Of `on_node`, the pods bound on the node a preemption's hold `entry` holds, judged in one walk at `now`:
+        the keys of those running there, of those whose room is coming (`room_coming`), and the pods the hold only
+        waits for (`AWAITED`) that are still there, terminating, their room no longer coming (stuck past their
+        grace): the hold is given back (`resume`). Only those stuck while their GPUs, CPU and memory were short gave
+        it back: one freeing an RDMA device the pod needs (which `makes_room` does not weigh) was dropped from the
+        hold, the pod waiting for the rest (up to the hour) for a device that never came, where it would have
+        evicted a pod holding one elsewhere at once."""
+        waited, running, going, stuck = set(awaited_of(entry)), set(), set(), []
+        for u in on_node:
+            running.add(u.key)
+            if room_coming(u, now):
+                going.add(u.key)
+            elif u.terminating and u.key in waited:
+                stuck.append(u)
+        return running, going, stuck
 
-    def _leaving(self, node: Json) -> list[Usage]:
+    def _leaving(self, node: Json, now: float) -> list[Usage]:
         """The pods leaving `node` (`k8s_reads.Usage`): those a preemption's hold there names as its victims (to
         evict, or terminating), still bound there or evicted earlier in the pass (the pass's view of the node still
         counts them). Any hold's, not only the pod's own: a hold held against the pod counts the room its victims
@@ -587,7 +597,6 @@ class Holds:
             victims, waited = {k for f in (LEFT, EVICTED) for k in e.get(f) or ()}, set(awaited_of(e))
             named |= victims
             sure |= victims - waited
-        now = self.preemptor.clock()
         return [u for u in (*self._bound_by_node().get(node["name"], ()), *self._evicted.get(node["name"], ()))
                 if u.key in sure or u.key in named and room_coming(u, now)]
 

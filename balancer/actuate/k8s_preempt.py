@@ -197,11 +197,16 @@ def disruption(pod: Json) -> str | None:
 
 def _passed_until(passed: Mapping[tuple[str, str], tuple[float, str]], node: str, bound: Any) -> float | None:
     """Until when the pod `bound` (`k8s_reads.Usage`) on `node` is passed over (`passed`: `Preemptor._passed_over`),
-    None where it is not: only the pod of the uid whose evictions went unanswered. One deleted and made again under
-    its name since (a StatefulSet's) was never asked; matched by name, it was passed over and said "after 3
-    unanswered evictions". Matched by name where either was read without a uid."""
+    None where it is not: only the pod of the uid whose evictions went unanswered (`_same_pod`)."""
     until, uid = passed.get((node, bound.key), (None, ""))
-    return until if until is not None and (not uid or not bound.uid or uid == bound.uid) else None
+    return until if until is not None and _same_pod(uid, bound) else None
+
+
+def _same_pod(uid: str, bound: Any) -> bool:
+    """Whether `bound` (`k8s_reads.Usage`) is the pod of `uid` whose evictions went unanswered (a pass-over's). One
+    deleted and made again under its name since (a StatefulSet's) was never asked; matched by name, it was passed
+    over and said "after 3 unanswered evictions". Matched by name where either was read without a uid."""
+    return not uid or not bound.uid or uid == bound.uid
 
 
 def stop_labelled(node: Json) -> bool:
@@ -810,13 +815,12 @@ class Preemptor:
         since, deleted by its owner or its node's pods read elsewhere, is no reason any more, nor one terminating
         (`Usage.terminating`: bound pods are listed by node, not phase, so its owner's deletion left it among them for
         its grace period, up to 30 min for a training job), which leaves whether or not it is preempted, nor one made
-        again under its name since (another uid, never asked: `_passed_until`)."""
+        again under its name since (another uid, never asked: `_same_pod`)."""
         passed = self._passed_over(req)
         return "".join(f" preemption: victim {victim} passed over on {node} until {rfc3339(until)} after "
                        f"{UNANSWERED_ASKS} unanswered evictions."
-                       for (node, victim), (until, _) in sorted(passed.items())
-                       if any(u.key == victim and not u.terminating and _passed_until(passed, node, u) is not None
-                              for u in bound.get(node, ())))
+                       for (node, victim), (until, uid) in sorted(passed.items())
+                       if any(u.key == victim and not u.terminating and _same_pod(uid, u) for u in bound.get(node, ())))
 
     def _passed_over(self, req: Json) -> dict[tuple[str, str], tuple[float, str]]:
         """(node, victim) -> (until when, the victim's uid: "" where read without one) of the victims `req` passes
