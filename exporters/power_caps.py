@@ -187,12 +187,11 @@ AFTER = Restore(math.nan)   # a Pending kept by an earlier agent (the limits bef
 
 
 class Backoff(NamedTuple):
-    """A GPU whose Set the driver refused for good (`REFUSED_FOR_GOOD`): what was asked (the source's entry, None
-    for a cap deleted: its kind, `_kind`, is what ends the wait, not its watts), why it was refused, when it was last
-    asked (the agent's sync count, its clock) and how many syncs it waits from then: 1, doubled at each refusal until
-    the wait reaches `REFUSAL_BACKOFF_MAX_S`."""
+    """A GPU whose Set the driver refused for good (`REFUSED_FOR_GOOD`): the kind of thing asked (`_kind`: what ends
+    the wait, not its watts), why it was refused, when it was last asked (the agent's sync count, its clock) and how
+    many syncs it waits from then: 1, doubled at each refusal until the wait reaches `REFUSAL_BACKOFF_MAX_S`."""
 
-    want: Entry | None
+    kind: str
     why: str
     sync: int
     at: float
@@ -359,19 +358,11 @@ class PowerCapAgent:
         kind of thing: else what it waited for was settled another way (a give-back whose GPU was reset to its default
         or set by hand; was: nothing left to ask, yet every sync failed saying the driver refuses it, for good) or the
         GPU is gone from the node."""
-        out = {}
-        for uuid, watts in requests.items():
-            wait = self._backoff.get(uuid)
-            if wait is not None and _kind(wait.want) != _kind(wanted.get(uuid)):
+        for uuid, wait in list(self._backoff.items()):   # asked for another kind, or not asked, limit read
+            if wait.kind != _kind(wanted.get(uuid)) or (uuid not in requests and uuid not in self._blind):
                 del self._backoff[uuid]
-            elif wait is not None and self._syncs - wait.sync < wait.gap \
-                    and self.clock() - wait.at < REFUSAL_BACKOFF_MAX_S:
-                continue
-            out[uuid] = watts
-        for uuid in self._backoff.keys() - requests.keys():   # not asked this sync (unread, settled, gone)
-            if uuid not in self._blind or _kind(self._backoff[uuid].want) != _kind(wanted.get(uuid)):
-                del self._backoff[uuid]
-        return out
+        return {uuid: watts for uuid, watts in requests.items() if (wait := self._backoff.get(uuid)) is None
+                or self._syncs - wait.sync >= wait.gap or self.clock() - wait.at >= REFUSAL_BACKOFF_MAX_S}
 
     def _back_off(self, uuid: str, want: Entry | None, why: str) -> None:
         """`uuid`'s Set for `want` refused for good: asked again after the next sync begins if it was not waiting
@@ -384,7 +375,7 @@ class PowerCapAgent:
             gap = 1
         else:
             gap = was.gap if now - was.at >= REFUSAL_BACKOFF_MAX_S else was.gap * 2
-        self._backoff[uuid] = Backoff(want, why, self._syncs, now, gap)
+        self._backoff[uuid] = Backoff(_kind(want), why, self._syncs, now, gap)
 
     def _backed_off_done(self, requests: Mapping[str, float], applied: Mapping[str, float]) -> None:
         """GPUs that waited out a refusal for good, asked this sync and not refused so again: they wait no more. One
