@@ -249,29 +249,18 @@ def _bad_time(raw: pd.Series, numeric: pd.Series) -> tuple[int, str]:
 
 
 def _not_times(raw: pd.Series, is_number: np.ndarray) -> np.ndarray:
-    """Which cells are neither a number nor an ISO-8601 time (`_not_a_time`), the column parsed at once: cell by
-    cell, a 200,000-row ISO-8601 column with one epoch number on row 2 took 13 s to be refused."""
+    """Which cells are text that is neither a number nor an ISO-8601 time, the column parsed at once: cell by cell, a
+    200,000-row ISO-8601 column with one epoch number on row 2 took 13 s to be refused. An empty cell is not the one
+    that failed (it reads as NaT), and no other cell is left to blame: `to_utc` refused True/False cells before, and
+    a column `read_rows` typed at once holds text, numbers and empty cells only. Coerced, pandas answers a text that
+    is no time with NaT, never an error: no cell is parsed one by one."""
     cells = raw.to_numpy(object)
     texts = np.fromiter((isinstance(v, str) for v in cells), bool, len(cells)) & ~is_number
-    out = ~texts & ~is_number & raw.notna().to_numpy()   # neither text nor a number nor empty: a bool, no time
+    out = np.zeros(len(cells), bool)
     if texts.any():
-        try:
-            parsed = pd.to_datetime(pd.Series(cells[texts]).map(_iso), errors="coerce", utc=True, format="ISO8601")
-            out[texts] = pd.isna(parsed)
-        except (ValueError, TypeError, OverflowError):   # some cell pandas would not even coerce: one by one
-            out[texts] = [_not_a_time(v) for v in cells[texts]]
+        parsed = pd.to_datetime(pd.Series(cells[texts]).map(_iso), errors="coerce", utc=True, format="ISO8601")
+        out[texts] = pd.isna(parsed)
     return out
-
-
-def _not_a_time(value: object) -> bool:
-    """True for a cell that is no ISO-8601 time; an empty one is not the cell that failed (it reads as NaT), and
-    any other non-string (a bool) is no time at all."""
-    if not isinstance(value, str):
-        return not pd.isna(value)
-    try:
-        return bool(pd.isna(pd.to_datetime(_iso(value), errors="coerce", utc=True, format="ISO8601")))
-    except (ValueError, TypeError, OverflowError):
-        return True
 
 
 # a time of day followed by a zone: Z, UTC, GMT or an offset such as +02:00, -0500
@@ -423,14 +412,14 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
     series = pd.Series(values.to_numpy(float), index=index)
     diffs = np.diff(np.sort(index.as_unit("ns").asi8))
     diffs = diffs[diffs > 0]
-    own = Decimal(repr(float(np.median(diffs)))) / 1_000_000_000 if diffs.size else None
-    if step is None:
-        if own is None:
+    if not diffs.size:
+        if step is None:
             raise InputError(path, "timestamp", "one distinct time", "at least two distinct timestamps")
-        step = own_step(own, path, "timestamp", "the median gap between its times")
-    out = _regular(series, step, "mean", path)
-    if own is not None:
-        _own_step_of(out, _whole_us(own), "the median gap between its times")
+        return _regular(series, step, "mean", path)
+    what = "the median gap between its times"
+    own = own_step(Decimal(repr(float(np.median(diffs)))) / 1_000_000_000, step, path, "timestamp", what)
+    out = _regular(series, step or own, "mean", path)
+    _own_step_of(out, own, what)
     return out
 
 
@@ -442,13 +431,14 @@ def _own_step_of(out: pd.Series, own: pd.Timedelta, what: str) -> None:
     out.attrs["own_step_what"] = what
 
 
-def own_step(seconds: Decimal, path: str, field: str, what: str) -> pd.Timedelta:
+def own_step(seconds: Decimal, step: pd.Timedelta | None, path: str, field: str, what: str) -> pd.Timedelta:
     """A trace's own step (`what`: how it was read off the trace, e.g. the median gap between its times), held to what
-    `parse_step` makes of a --step: whole microseconds, at least 1s. Unrounded, a gap of 600.0000015 s was a step
-    pandas refused to resample times held in microseconds at (a traceback); shorter than 1s, the trace loaded and the
-    backtest refused it as too short ('a longer trace'), nothing naming the step."""
+    `parse_step` makes of a --step: whole microseconds, and without a `step` to resample to, at least 1s. Unrounded,
+    a gap of 600.0000015 s was a step pandas refused to resample times held in microseconds at (a traceback);
+    shorter than 1s, the trace loaded and the backtest refused it as too short ('a longer trace'), nothing naming the
+    step. Computed once per load: it is both the step loaded at without --step and the one kept (`_own_step_of`)."""
     td = _whole_us(seconds)
-    if td < MIN_STEP:
+    if step is None and td < MIN_STEP:
         raise InputError(path, field, f"{float(seconds):g}s", "a trace whose own step is at least 1s, or a --step "
                          "of at least 1s to resample it", detail=f"{what}, the trace's step without --step")
     return td
@@ -486,9 +476,9 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
                          "the clients' span", detail=str(exc)) from exc
     index = origin + pd.to_timedelta(first + native * np.arange(len(total)), unit="s")
     series = pd.Series(total, index=index)
-    step = step or own_step(Decimal(repr(float(native))), path, "window_start_s", "the clients' window")
-    out = _regular(series, step, "mean", path)
-    _own_step_of(out, _whole_us(Decimal(repr(float(native)))), "the clients' window")
+    own = own_step(Decimal(repr(float(native))), step, path, "window_start_s", "the clients' window")
+    out = _regular(series, step or own, "mean", path)
+    _own_step_of(out, own, "the clients' window")
     return out
 
 
@@ -532,17 +522,13 @@ def _not_a_demand_trace(df: pd.DataFrame, cols: dict[str, str], index: pd.Dateti
     given = int(column.notna().sum())
     if not given or pd.to_numeric(column, errors="coerce").notna().sum() != given:
         return
-    if k == 1:
-        raise InputError(path, "value", f"a column of {given} numbers", "a requests log: one row per request, no "
-                         "'value' column (a file with a numeric value column, each time once and evenly spaced, is a "
-                         "demand trace: --format csv)", detail="--format requests counts rows and would ignore "
-                         "'value'; a requests log: rename or drop `value`")
+    sampled, series = ("each time once and evenly spaced, is a demand trace: --format csv", "") if k == 1 else (
+        "the same number of rows at each of its evenly spaced times, is series sampled together: export one series, "
+        "such as sum(...) of them, and read it with --format csv", f"each of its {times.size} times given {k} times: "
+        f"{k} series; ")
     raise InputError(path, "value", f"a column of {given} numbers", "a requests log: one row per request, no 'value' "
-                     "column (a file with a numeric value column, the same number of rows at each of its evenly "
-                     "spaced times, is series sampled together: export one series, such as sum(...) of them, and "
-                     "read it with --format csv)", detail=f"each of its {times.size} times given {k} times: {k} "
-                     "series; --format requests counts rows and would ignore 'value'; a requests log: rename or "
-                     "drop `value`")
+                     f"column (a file with a numeric value column, {sampled})", detail=f"{series}--format requests "
+                     "counts rows and would ignore 'value'; a requests log: rename or drop `value`")
 
 
 def _evenly_spaced(gaps: np.ndarray) -> bool:
