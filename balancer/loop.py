@@ -81,14 +81,12 @@ from balancer.plan.simulate import Projection
 from balancer.safety import (
     EmergencyStop,
     MaxConcurrentMigrations,
-    MaxUnavailable,
-    PdbViolation,
     Review,
     SafetyGuard,
     SafetyLedger,
     check_telemetry,
 )
-from balancer.safety_groups import group_of, whole_groups
+from balancer.safety_groups import whole_groups
 from balancer.telemetry.base import TelemetrySource
 
 log = logging.getLogger(__name__)
@@ -142,22 +140,6 @@ def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]
         else:
             whole.append(a)
     return whole, nodes
-
-
-def _owner_limited(rejected: Iterable[tuple[Action, SafetyViolation]]) -> list[Action]:
-    """The moves the guard refused for their owner's limit (`maxUnavailablePerWorkload`, a PodDisruptionBudget: the
-    refusals `SafetyGuard._owner_refusal` names), which may have been reached only through a move of the same review
-    that did not go out (`Reconciler._unlimited`); with the rest of a group one of them belongs to (refused whole,
-    `GroupIncomplete`)."""
-    own = [a for a, exc in rejected if isinstance(a, Migrate) and isinstance(exc, MaxUnavailable | PdbViolation)]
-    groups = {group_of(a) for a in own} - {""}
-    return own + [a for a, _ in rejected if isinstance(a, Migrate) and group_of(a) in groups and a not in own]
-
-
-def _owner(a: Migrate, snap: ClusterSnapshot) -> str | None:
-    """The owner of the pod `a` moves, as the guard counts its limit (None: a pod the snapshot does not list)."""
-    w = snap.workload_by_name.get(a.workload)
-    return None if w is None else w.owner or w.name
 
 
 class _WhatIf:
@@ -328,7 +310,6 @@ class Reconciler:
         done: list[tuple[ActionResult, float]] = []   # each action's result, and the clock when it came
         refused: list[Action] = []   # the guard's lasting refusals: waited out as if made (`_unsent`)
         kept_off: list[Action] = []   # the review's refusals of moves to full nodes (`_unfilled`)
-        limited: list[Action] = []    # the review's refusals of moves for their owner's limit (`_unlimited`)
         try:   # whatever ends the cycle, what did not go out is told to the planner as never proposed (`_unsent`)
             self._log_notes(unread + plan.notes)
             self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
@@ -344,7 +325,6 @@ class Reconciler:
             whole, kept_off = _guard_refusals(review.rejected)
             self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, guard=True)
             refused = [a for a, exc in review.rejected if not isinstance(exc, EmergencyStop)]
-            limited = _owner_limited(review.rejected)
             if accepted := list(review.accepted):
                 fresh = self._observe(now, "fresh snapshot before acting: ")
                 if isinstance(fresh, CycleReport):
@@ -356,7 +336,6 @@ class Reconciler:
         finally:
             self._unsent(before, plan.actions, done, refused)
             self._unfilled(snap, kept_off, now)
-            self._unlimited(snap, limited, plan.actions, done, now)
             # this cycle's refusals and releases (`still_full`), whatever ended it: set only once the cycle got
             # through, the gauge missed those of a cycle held on a stale fresh snapshot (it returns above). Not on a
             # replica demoted meanwhile (`_lead`: `ControllerMetrics.standby` zeroed it): set again, a standby
@@ -463,36 +442,6 @@ class Reconciler:
         it the replicas not running (`unavailable.short`, a pass over the services) that `_in_flight` reads for the
         few owners the ledger holds migrations of."""
         self.state = planner_mod.still_full(self.state, lambda: self._guard().full_nodes(snap, self.ledger, now))
-
-    def _unlimited(self, snap: ClusterSnapshot, limited: list[Action], planned: tuple[Action, ...],
-                   done: list[tuple[ActionResult, float]], now: float) -> None:
-        """This cycle's refusals of moves for their owner's limit (`limited`, `_owner_limited`:
-        `maxUnavailablePerWorkload`, a PodDisruptionBudget) let go where the guard no longer refuses the move once what
-        went out is counted: an owner at its limit only through a move of its own the same review accepted ahead,
-        which did not go out (the fresh snapshot stale, or dropped on it, the cycle stopped, the actuator failed having
-        changed nothing, or the hand-over held it back, the ledger unsaved, after the guard had counted it). Kept, the
-        pod was not moved for `refusedRetryS`, its hot GPU throttled, though nothing of its owner was disrupted, and
-        counted in gputide_migration_exclusions{scope="workload"}. Each asked of the guard alone (with the rest of its
-        group, all or none) on the ledger `_settle` left: a move of its owner that went out is there, settling, and the
-        refusal stands; one held back or not carried out is not, and the move is proposed again next cycle. Asked only
-        for an owner with a planned move that did not go out (each asking counts the fleet's replicas not running, as a
-        review does). Not after the cycle lost the lead (`_unsent`)."""
-        if (not limited or self._offices != self._cycle_office
-                or not isinstance(self.state, planner_mod.PlannerState)):
-            return
-        went = [r.action for r, _ in done if r.outcome in (Outcome.APPLIED, Outcome.DRY_RUN) or r.maybe_applied]
-        unsent = {_owner(a, snap) for a in planned if isinstance(a, Migrate) and a not in went and a not in limited}
-        free: set[str] = set()
-        for a in limited:
-            if a.workload in free or _owner(a, snap) not in unsent - {None}:
-                continue
-            group = [b for b in limited if group_of(b) and group_of(b) == group_of(a)] or [a]
-            review = self._guard().review(group, snap, self.ledger, now)
-            free |= {b.workload for b in review.accepted if isinstance(b, Migrate)}
-        refused = self.state.refused_moves
-        if gone := {w for w in free if refused.get(w) == now}:   # refused this cycle (`planner.refuse`), not since
-            self.state = replace(self.state, refused_moves=MappingProxyType(
-                {w: t for w, t in refused.items() if w not in gone}))
 
     def _reload_policy(self) -> None:
         """A changed and valid policy file (`policy_source`, e.g. `app.policy_reload.PolicyReloader.poll`) applies

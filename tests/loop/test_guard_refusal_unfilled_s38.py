@@ -14,8 +14,8 @@ import pytest
 from loop_helpers import make_fleet, snapshot, workload
 from prometheus_client import CollectorRegistry
 from reads_down import ReadsDown
-from refusing import Live, Unsaved, two_cycles
 
+from balancer.actuate.base import ActionResult, Outcome
 from balancer.config import BalancerPolicy, SafetyPolicy
 from balancer.loop import Reconciler
 from balancer.metrics import ControllerMetrics
@@ -32,16 +32,39 @@ def two_hot(now: float):
                     temps={0: 87, 8: 86}, time=now)
 
 
+class Live:
+    """Applies everything; a migration of web-0 fails for good, having changed nothing, when `fails`."""
+
+    name = "live"
+
+    def __init__(self) -> None:
+        self.fails = False
+
+    def apply(self, action, snap):
+        if self.fails and isinstance(action, Migrate) and action.workload == "inference/web-0":
+            return ActionResult(action, Outcome.FAILED, "forbidden")
+        return ActionResult(action, Outcome.APPLIED)
+
+
 def second_cycle(how: str) -> tuple[Reconciler, ReadsDown, list[float], CollectorRegistry]:
     """The reconciler after its cycles at T0 (one hot reading: nothing planned) and T0+10, where the fresh read before
     acting fails (`stale`), web-0's move fails (`failed`) or everything is applied (`applied`); the clock at T0+20."""
-    policy = BalancerPolicy(safety=SafetyPolicy(max_concurrent_migrations_per_node=2))
-    ledger = SafetyLedger(migrations=((T0 - 10.0, "n2", "n1", "svc-y"),))
-    rec, source, clock, registry, report = two_cycles(two_hot, policy, ledger, how, T0)
+    clock, registry = [T0], CollectorRegistry()
+    source, actuator = ReadsDown(clock, two_hot), Live()
+    rec = Reconciler(source=source, actuator=actuator, clock=lambda: clock[0], metrics=ControllerMetrics(registry),
+                     policy=BalancerPolicy(safety=SafetyPolicy(max_concurrent_migrations_per_node=2)))
+    rec.ledger = SafetyLedger(migrations=((T0 - 10.0, "n2", "n1", "svc-y"),))
+    assert rec.run_once().status == "ok"
+    clock[0] = T0 + 10.0
+    source.reads_left, actuator.fails = (1 if how == "stale" else None), how == "failed"
+    report = rec.run_once()
+    assert report.status == ("fail_static" if how == "stale" else "ok"), report
     if how != "stale":   # the review as described: web-0's move accepted, api-0's refused for n1 alone
         moves = [a for a in report.plan.actions if isinstance(a, Migrate)]
         assert [(a.workload, a.target_node) for a in moves] == [("inference/web-0", "n1"), API_N1]
         assert [(a.workload, why) for a, why in report.rejected] == [("inference/api-0", "max_concurrent_migrations")]
+    clock[0] = T0 + 20.0
+    source.reads_left = None
     return rec, source, clock, registry
 
 
@@ -63,6 +86,16 @@ def test_a_refusal_for_a_node_full_only_through_a_move_not_carried_out_is_let_go
         source.reads_left = 0
         assert rec.run_once().status == "fail_static"
         assert API_N1 not in rec.state.refused_targets and excluded(registry) == 0   # before: still 1
+
+
+class Unsaved:
+    """A Lease store whose writes fail: the hand-over holds back every eviction the guard accepted."""
+
+    def load_state(self) -> str:
+        return ""
+
+    def save_state(self, text: str) -> None:
+        raise ConnectionError("apiserver went away")
 
 
 def test_a_refusal_for_a_node_full_only_through_a_move_the_hand_over_held_back_is_let_go() -> None:
