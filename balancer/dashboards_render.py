@@ -17,7 +17,9 @@ PNG per dashboard:
 - a library panel (a reference to a panel kept in Grafana's library: its queries are not in the file, or only
   in an inline copy Grafana does not draw from): a placeholder saying so, counted in `RenderReport.library_panels`,
   not as a panel without data;
-- a panel without queries (a text panel): its title and a note, no data to miss (not a panel without data).
+- a panel of a type that never queries (text, news, dashboard or alert list, ...: `QUERYLESS_PANELS`): its title
+  and a note, no data to miss (not a panel without data); a panel of any other type without queries is "No data",
+  as Grafana shows it, and counted.
 
 The drawing itself is `balancer.dashboards_draw`.
 
@@ -227,11 +229,26 @@ def _check(value: object, spec: object, where: str) -> None:
                 raise _Bad(f"{where}.{key}".lstrip("."), None, _allowed(inner.spec), "missing")
 
 
+# Grafana's built-in panels that never run queries (their plugin.json says `skipDataQuery: true`): Grafana draws them
+# from their options or its own API, whatever `targets` they hold (a panel changed to text keeps its old ones). Any
+# other type draws its queries' results, and without queries (lost, all removed) Grafana shows it as "No data".
+QUERYLESS_PANELS = frozenset({"text", "news", "dashlist", "alertlist", "annolist", "alertGroups", "pluginlist",
+                              "gettingstarted", "welcome", "live"})
+
+
 def is_library_panel(panel: dict) -> bool:
     """A reference to a library panel (`libraryPanel`): the file holds its place, not its queries. With an inline
     `type` too (a copy of the library's model some Grafana versions save beside the reference) it is still one:
     Grafana draws the library element's model, not the copy, which may be out of date or gone from the library."""
     return "libraryPanel" in panel
+
+
+def shows_data(panel: dict) -> bool:
+    """A panel Grafana draws from its queries' results: its queries are run and, should they return nothing, it is
+    "No data" and counted (`RenderReport.empty_panels`, --require-data). Not a library panel reference (its queries are
+    in Grafana's library) nor a panel of a type that never queries (`QUERYLESS_PANELS`, a text panel). `panel` checked
+    by `_check_panel`."""
+    return not is_library_panel(panel) and panel["type"] not in QUERYLESS_PANELS
 
 
 def _check_panel(panel: object, where: str, in_row: bool = False) -> None:
@@ -431,8 +448,8 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
                            max(g["w"] / 24 - 0.05, 0.5 / 24), max(g["h"] - 1.1, 0.5) / rows))
         if is_library_panel(panel):
             report.library_panels.setdefault(name, []).append(_library_placeholder(ax, panel))
-        elif not panel.get("targets"):   # a text panel: nothing to query, so no data to miss (--require-data)
-            _placeholder(ax, panel.get("title", ""), f"{panel['type']} panel: no queries, not drawn here")
+        elif not shows_data(panel):   # a text panel: it never queries, so it has no data to miss (--require-data)
+            _placeholder(ax, panel.get("title", ""), f"{panel['type']} panel: runs no queries, not drawn here")
         else:
             _draw_panel(fig, ax, panel, renderer, (variables, annotations), report, name)
     path = out / f"{name}.png"
@@ -445,8 +462,8 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
 
 def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[str, str], list], report: RenderReport,
                 name: str) -> None:
-    """One panel with queries: drawn from their results, or "No data" (counted in `report`, or, for hardware this
-    Prometheus has none of, listed as expected)."""
+    """One panel Grafana draws from its queries (`shows_data`): drawn from their results, or "No data" (counted in
+    `report`, or, for hardware this Prometheus has none of, listed as expected), as a panel without any query is."""
     variables, annotations = context
     ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")

@@ -3,12 +3,12 @@
 `build` regenerates `dashboards/*.json` from the Python sources (a source checkout with the dev extras:
 grafana-foundation-sdk). `render` runs every panel's queries against a Prometheus and writes one PNG per dashboard;
 it exits 1 when Prometheus cannot be reached, and with `--require-data` when a panel had no data (a per-MIG-instance
-panel on a Prometheus without any MIG GPU is expected to be empty and does not count, nor does a panel without
-queries, such as a text panel). Bad input exits 2 naming the flag or the file and field: a dashboard file without
-what the renderer reads (a string title, a list of panels, each with its type, or a library panel reference, drawn
-as a placeholder, and its place on the grid; a collapsed row's panels are checked, queried and drawn as the others,
-where Grafana opens them), a --step that needs more points than Prometheus answers, a `build --check` against a
-folder that is not there.
+panel on a Prometheus without any MIG GPU is expected to be empty and does not count, nor does a panel of a type that
+never queries, such as a text panel; a graph or stat without queries counts, as Grafana shows it "No data"). Bad input
+exits 2 naming the flag or the file and field: a dashboard file without what the renderer reads (a string title, a
+list of panels, each with its type, or a library panel reference, drawn as a placeholder, and its place on the grid;
+a collapsed row's panels are checked, queried and drawn as the others, where Grafana opens them), a --step that needs
+more points than Prometheus answers, a `build --check` against a folder that is not there.
 """
 
 from __future__ import annotations
@@ -94,5 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--dashboards-dir", type=given("--dashboards-dir", "a folder"), default=None,
                    help="where the JSON files are (default: $GPUTIDE_DASHBOARDS_DIR, "
                         "else the repository's dashboards/)")
-    r.add_argument("--require-data", action="store_true", help="exit 1 if any panel with queries had no data")
+    r.add_argument("--require-data", action="store_true",
+                   help="exit 1 if any panel had no data (a text panel and the like, which runs no queries, does not "
+                        "count)")
     r.set_defaults(func=run_render)

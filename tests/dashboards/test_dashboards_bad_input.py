@@ -180,17 +180,22 @@ def test_build_check_with_a_json_file_not_utf8_exits_2(tmp_path, capsys):
     assert "field '--out'" in line and "can't decode byte 0xff" in line
 
 
-def _render_with_data(tmp_path: Path, capsys, panels: list[dict]) -> None:
-    """`panels` on one dashboard, rendered against a Prometheus with data, --require-data: exit 0 and a PNG."""
+def _require_data(tmp_path: Path, panels: list[dict]) -> int:
+    """`panels` on one dashboard in `tmp_path`, rendered against a Prometheus with data, --require-data: the exit."""
     from test_dashboards_render import FakePrometheus
 
     (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": panels}))
     fake = FakePrometheus()
     try:
-        code = main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path / "png"),
+        return main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path / "png"),
                      "--dashboards-dir", str(tmp_path), "--require-data"])
     finally:
         fake.close()
+
+
+def _render_with_data(tmp_path: Path, capsys, panels: list[dict]) -> None:
+    """`panels` on one dashboard, rendered against a Prometheus with data, --require-data: exit 0 and a PNG."""
+    code = _require_data(tmp_path, panels)
     assert code == 0, capsys.readouterr().err
     assert (tmp_path / "png" / "board.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -255,17 +260,33 @@ def test_a_grid_transformation_without_options_is_drawn_as_a_table(tmp_path, cap
                                                  "transformations": [{"id": "groupingToMatrix"}]}])
 
 
-def test_a_panel_without_queries_is_not_a_panel_without_data(tmp_path, capsys):
-    """A text panel (or a panel whose queries were all removed) has nothing to query: it was drawn as "No data",
-    counted among the empty panels, and --require-data exited 1 for a dashboard whose every query had data."""
+def test_a_text_panel_is_not_a_panel_without_data(tmp_path, capsys):
+    """A text panel never queries (Grafana's `skipDataQuery`, whatever `targets` it kept from the type it was changed
+    from): it was drawn as "No data", counted among the empty panels, and --require-data exited 1 for a dashboard
+    whose every query had data. Its leftover queries are not run."""
     from test_dashboards_render import GPUS
 
-    text = {"type": "text", "title": "Read me", "gridPos": GRID | {"x": 12}, "options": {"content": "# Notes"}}
-    emptied = STAT | {"title": "No queries left", "gridPos": GRID | {"y": 9}, "targets": []}
+    text = {"type": "text", "title": "Read me", "gridPos": GRID | {"x": 12}, "options": {"content": "# Notes"},
+            "targets": [{"expr": "gpu:left_from_a_graph"}]}
     row = {"type": "row", "title": "More", "collapsed": False, "panels": [], "gridPos": GRID | {"y": 8, "h": 1}}
-    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, text, row, emptied])
-    report, _ = _rendered(tmp_path)
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, text, row])
+    report, queries = _rendered(tmp_path)
+    assert "gpu:left_from_a_graph" not in queries
     assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
+
+
+@pytest.mark.parametrize("targets", [{"targets": []}, {}], ids=["all removed", "no targets key"])
+def test_a_query_panel_without_queries_is_a_panel_without_data(tmp_path, capsys, targets):
+    """A stat (or graph, table...) whose queries were lost shows "No data" in Grafana: it was drawn as a text panel
+    is, not counted, and --require-data passed a dashboard with a blank panel (audit s39)."""
+    from test_dashboards_render import GPUS
+
+    emptied = {k: v for k, v in STAT.items() if k != "targets"} | targets
+    code = _require_data(tmp_path, [STAT | {"targets": [{"expr": "gpu:temp"}]},
+                                    emptied | {"title": "Lost", "gridPos": GRID | {"y": 9}}])
+    assert code == 1 and "board: no data for Lost" in capsys.readouterr().err
+    report, _ = _rendered(tmp_path)
+    assert report.empty_panels == {"board": ["Lost"]} and report.series == {"board": {"GPUs": len(GPUS), "Lost": 0}}
 
 
 def _collapsed(y: int, *panels: dict) -> dict:
