@@ -114,3 +114,73 @@ def test_a_flat_long_run_holds():
     trend = _trend(list(650.0 + np.where(np.arange(500) % 3 == 0, 0.7, -0.4)), days=7.0)
     trend.finish(cycle=500)
     assert trend.check.held and "last day +0.00" in trend.check.detail
+
+
+JITTER_MIB = 0.25   # settled RSS between cycles: a few hundred KiB either way
+
+
+def _soak(days: float, growth, *, seed: int, samples: int | None = None) -> MemoryTrend:
+    """A soak's samples, one per 20-minute cycle (plus the 4 quiet ones at the end) unless told: 650 MiB, the growth
+    given (a function of simulated days) and seeded Gaussian jitter, injected rather than read from this process."""
+    n = samples or round(days * 72) + 4
+    t = np.linspace(0.0, days, n)
+    rss = 650.0 + growth(t) + np.random.default_rng(seed).normal(0.0, JITTER_MIB, n)
+    trend = MemoryTrend(max_mib_per_day=8.0)
+    trend.samples = list(zip(t.tolist(), rss.tolist(), strict=True))
+    return trend
+
+
+def _onset(days: float, fraction_of_window: float) -> float:
+    """The simulated day a fraction of the way into what `MemoryTrend` judges (after its 25% warm-up)."""
+    return days * (0.25 + 0.75 * fraction_of_window)
+
+
+def test_a_steady_leak_in_jitter_breaches():
+    trend = _soak(1.0, lambda t: 10.0 * t, seed=11)
+    slope = trend.finish(cycle=76)
+    assert 9.0 < slope < 11.0
+    assert [m for _, m in trend.check.breaches] == [f"RSS grows {slope:.2f} MiB per simulated day after warm-up"]
+
+
+@pytest.mark.parametrize(("days", "mib_per_day"), [(7.0, 10.0), (1.0, 16.0)])
+def test_a_leak_that_begins_40_percent_into_the_window_breaches_over_the_whole_window(days, mib_per_day):
+    """It spans 60% of the window: more than half of the short-lag pairs, so their median reads it. A short run's
+    jitter dilutes the reading more (pairs of 1-day soak samples are at most 2.3 h apart), hence its steeper leak."""
+    start = _onset(days, 0.4)
+    trend = _soak(days, lambda t: mib_per_day * np.clip(t - start, 0.0, None), seed=12)
+    slope = trend.finish(cycle=500)
+    assert 8.0 < slope <= mib_per_day
+    assert any(m.endswith("after warm-up") for _, m in trend.check.breaches)
+
+
+def test_a_one_off_step_mid_run_is_not_read_as_a_leak():
+    """6 MiB taken once at 60% of a 1-day soak (an arena, a cache filled once): the whole window's Theil-Sen slope
+    read 9-10 MiB/day; the step lifts only the few short-lag pairs that straddle it."""
+    trend = _soak(1.0, lambda t: np.where(t >= 0.6, 6.0, 0.0), seed=13)
+    slope = trend.finish(cycle=76)
+    assert slope < 3.0
+    assert trend.check.held
+
+
+def test_a_step_within_the_last_day_of_a_long_run_is_not_read_as_a_leak():
+    """8 MiB taken once at day 6.5 of 7: the last day fitted alone by Theil-Sen read about 9.5 MiB/day."""
+    trend = _soak(7.0, lambda t: np.where(t >= 6.5, 8.0, 0.0), seed=14)
+    trend.finish(cycle=508)
+    assert trend.check.held, trend.check.breaches
+    assert "last day" in trend.check.detail   # the last day was judged alone, and held
+
+
+@pytest.mark.parametrize("days", [1.0, 7.0])
+def test_a_flat_run_in_jitter_holds(days):
+    trend = _soak(days, lambda t: 0.0 * t, seed=15)
+    slope = trend.finish(cycle=508)
+    assert abs(slope) < 2.0
+    assert trend.check.held
+
+
+def test_a_leak_from_day_5_of_7_breaches_over_the_last_day():
+    """10 MiB/day from day 5: 38% of the window after warm-up, too little for its median, all of the last day."""
+    trend = _soak(7.0, lambda t: 10.0 * np.clip(t - 5.0, 0.0, None), seed=16)
+    slope = trend.finish(cycle=508)
+    assert slope < 8.0
+    assert len(trend.check.breaches) == 1 and trend.check.breaches[0][1].endswith("over the last day")
