@@ -66,7 +66,7 @@ returned updated by `record`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -266,11 +266,13 @@ class SafetyGuard:
                     t.healthy[w.owner or w.name] = t.healthy.get(w.owner or w.name, 0) + 1
         return t
 
-    def _moving(self, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float, budget: int) -> _Tally:
+    def _moving(self, snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float, budget: int,
+                owners: Collection[str] | None = None) -> _Tally:
         """A tally of `budget` evictions left with the replicas per owner not running (`_short`) and the migrations in
-        flight per node and owner (`_in_flight`) counted."""
-        moving = _migrated(ledger, snapshot.services, now, self.policy.cooldown_s)
-        t = _Tally(budget=budget, short=_short(snapshot, moving))
+        flight per node and owner (`_in_flight`) counted. `owners`: the replicas not running of those only (None:
+        of every owner, as a review's limits read them)."""
+        moving = _migrated(ledger, snapshot.services if owners is None else owners, now, self.policy.cooldown_s)
+        t = _Tally(budget=budget, short=_short(snapshot, moving, owners))
         _in_flight(t, ledger, now, self.policy)
         return t
 
@@ -281,8 +283,10 @@ class SafetyGuard:
         found full (`planner.still_full`, the refused target and its `full_nodes`), and again at the end of a cycle
         whose review kept a move off a full node (`loop.Reconciler._unfilled`): that keep-off ends once the node
         has room (the migrations settling there settle, the replacement that held it runs), not `refusedTargetRetryS`
-        after the refusal."""
-        t = self._moving(snapshot, ledger, now, 0)
+        after the refusal. The replicas not running counted only of the owners the ledger holds migrations of, the
+        only ones `_in_flight` reads: counted for every service, ~9 ms of the loop's recount at 20k services counted
+        from their spec."""
+        t = self._moving(snapshot, ledger, now, 0, {owner for _, _, _, owner in ledger.migrations})
         limit = self.policy.max_concurrent_migrations_per_node
         return frozenset(node for node, count in t.per_node.items() if count >= limit)
 

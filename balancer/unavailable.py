@@ -129,7 +129,8 @@ def _counts(snapshot: ClusterSnapshot) -> _Counts:
     return _entry(snapshot).counts
 
 
-def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, int]:
+def short(snapshot: ClusterSnapshot, moving: Collection[str] = (),
+          owners: Collection[str] | None = None) -> dict[str, int]:
     """Per owner, its replicas not running, as a PodDisruptionBudget counts them unavailable: its pods the snapshot
     lists unplaced (Pending: the simulator's, a migrated pod's replacement not yet started), and an inference
     service's replicas asked by its spec (`ServiceStatus.replicas_from_spec`) beyond its placed pods (the Kubernetes
@@ -151,11 +152,19 @@ def short(snapshot: ClusterSnapshot, moving: Collection[str] = ()) -> dict[str, 
     `gpusPerReplica`, and as many fractional replicas as a GPU holds): it keeps room for replicas that may be
     running, this lets moves go only for those that may be. Not for an owner in `moving` (the guard's: one migrated
     within `cooldownS`): its missing replica is more likely the replacement not yet started than one on the dark
-    node, and excused, its last running replica could be moved."""
+    node, and excused, its last running replica could be moved.
+
+    `owners`: only those owners counted (the rest left out), the same count for each as with none given: the guard's
+    recount of its full nodes (`SafetyGuard.full_nodes`) reads only the owners its ledger holds migrations of, and a
+    pass over every service was ~93% of it (~9 ms at 20k services counted from their spec, ~0.5 ms so)."""
     c = _counts(snapshot)
-    out = dict(c.unplaced)
     dark = dark_per_node(snapshot, snapshot.forgotten_nodes)
-    for name, st in snapshot.services.items():
+    if owners is None:
+        out, services = dict(c.unplaced), snapshot.services.items()
+    else:   # `unplaced` holds no 0
+        out = {o: c.unplaced[o] for o in owners if o in c.unplaced}
+        services = [(o, st) for o in owners if (st := snapshot.services.get(o)) is not None]
+    for name, st in services:
         width = c.gpus.get(name, 1)   # a replica is on one node: two dark 1-GPU nodes hold no 2-GPU replica
         excused = 0 if name in moving or not dark else sum(k // width for k in dark)
         if st.replicas_from_spec and (n := st.replicas - c.running.get(name, 0) - excused) > 0:
