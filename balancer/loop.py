@@ -438,9 +438,9 @@ class Reconciler:
         """The pods the guard kept off a full node (`_guard_refusals`) let back where it no longer counts the node full
         on `snap` and the ledger as it is now (`planner.still_full`; the guard as the review sees it, `_guard`): before
         planning, and at the end of a cycle that kept a move off (`_unfilled`). The guard is asked only while a pod is
-        kept off. Its count (`SafetyGuard.full_nodes`) is ~9 ms at 20k services counted from their spec, nearly all of
-        it the replicas not running (`unavailable.short`, a pass over the services) that `_in_flight` reads for the
-        few owners the ledger holds migrations of."""
+        kept off. Its count (`SafetyGuard.full_nodes`) counts the replicas not running (`unavailable.short`) only for
+        the few owners the ledger holds migrations of, the ones `_in_flight` reads (~0.5 ms at 20k services counted
+        from their spec; ~9 ms when it passed over every service)."""
         self.state = planner_mod.still_full(self.state, lambda: self._guard().full_nodes(snap, self.ledger, now))
 
     def _reload_policy(self) -> None:
