@@ -16,8 +16,9 @@ however long a reconcile cycle runs, and the loop's check before each action (`t
 flag, not an API call; renewals that keep failing until the deadline make `is_leader` False at once, with no call
 from the loop.
 Without `start()`, `try_acquire` renews on demand (the loop asks before every action).
-A `--once` run found standby behind another identity's Lease keeps trying for up to a lease duration, its own at
-most (`await_lease`), the takeover rule above deciding: one try never takes a crashed holder's Lease.
+A `--once` run found standby behind another identity's Lease keeps trying for up to a lease duration, at most the
+longer of its own and a third of the Lease's (`await_lease`), the takeover rule above deciding: one try never takes a
+crashed holder's Lease.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class LeaseLeaderElector:
         self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions) last seen
         self._observed_at = 0.0                          # our monotonic clock when we saw the record change
         self._observed_for = self.lease_duration_s       # the leaseDurationSeconds last seen on the Lease
+        self._waited_out = False   # `await_lease`'s last wait reached its end (not cut short: SIGTERM, a change)
         self._renewed_at: float | None = None            # our monotonic clock at our last successful write as holder
         self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
@@ -217,29 +219,42 @@ class LeaseLeaderElector:
         deadline is judged by the tick a try began at, as the takeover rule judges it: a slow read just before it
         (one call may take 5 s) must not end the wait with the Lease still to take.
 
-        It waits at most our own lease duration (`_most`): a Lease written with a longer one (3600 s: a holder
-        with a 20 min --interval) held a --once run (a CronJob's, its deadline shorter) that long. Ended so, the
-        Lease neither taken nor seen renewed, `outwaited()` says so for the caller to report, not exit a standby."""
+        It waits at most the longer of our own lease duration and a third of the Lease's (`_most`): a Lease
+        written with a longer one (3600 s: a holder with a 20 min --interval) held a --once run (a CronJob's, its
+        deadline shorter) that long, and cut to our own alone (90 s at a 30 s --interval) it ended before a live
+        holder's next renewal (every sixth of its lease) and took it for a crashed one. Ended so, the Lease
+        neither taken nor seen renewed, `outwaited()` says so for the caller to report, not exit a standby; a wait
+        cut short (SIGTERM, `release()`) is a standby's, however late in the wait it came."""
         with self._lock:
+            self._waited_out = False
             seen, since, duration = self._observed, self._observed_at, self._observed_for
             if self.is_leader or self.last_failure is not None or seen is None or seen[0] in ("", self.identity):
                 return self.is_leader
         pause, step, most = self.pause or pause or self._halt.wait, self._await_step(duration), self._most(duration)
+        if most < duration:
+            log.warning("lease %s/%s: its leaseDurationSeconds %d is longer than a --once run waits for it (%d s: "
+                        "the longer of our own, %d s, and a third of it, two of a live holder's renewals): unless "
+                        "renewed within that, neither taken nor known to be a live holder's", self.namespace,
+                        self.name, duration, most, self.lease_duration_s)
         deadline, began = since + most + step, since
         tries = int((most + step) / step) + 1   # also ends on a clock held still
         for _ in range(tries):
-            if stopping() or self._halt.is_set() or began >= deadline:
+            if stopping() or self._halt.is_set():
+                return self.is_leader
+            if began >= deadline:
                 break
             pause(step)
             if stopping() or self._halt.is_set():
-                break
+                return self.is_leader
             with self._lock:
                 began = self._tick()
                 self._try_acquire_or_renew()
                 if self.is_leader:
                     return True
                 if self.last_failure is not None or (self._observed, self._observed_at) != (seen, since):
-                    break
+                    return self.is_leader
+        with self._lock:
+            self._waited_out = True
         return self.is_leader
 
     def unreachable(self) -> ActuationError | None:
@@ -251,25 +266,27 @@ class LeaseLeaderElector:
         return None if isinstance(failure, ConflictError) else failure
 
     def _most(self, duration: int) -> int:
-        """How long `await_lease` watches a Lease of `duration` s: that, at most our own lease duration (logged
-        when less: a crashed holder's Lease cannot then be taken, nor a live holder told from a crashed one)."""
-        if duration > self.lease_duration_s:
-            log.warning("lease %s/%s: its leaseDurationSeconds %d is longer than ours (%d s), the most a --once run "
-                        "waits for it: unless renewed within %d s, neither taken nor known to be a live holder's",
-                        self.namespace, self.name, duration, self.lease_duration_s, self.lease_duration_s)
-        return min(duration, self.lease_duration_s)
+        """How long `await_lease` watches a Lease of `duration` s: all of it, unless longer than both our own lease
+        duration (what we would make a successor wait) and a third of it, the longer of which it waits. A third is
+        two renewal periods of a live gputide holder (a quarter of a renew deadline of two thirds: a sixth of its
+        lease; client-go's, 2 s of 15 s, are shorter), so one renewal slow or failed still leaves one to see: cut
+        to our own alone, a run at the default 30 s --interval (90 s) beside a holder at 20 min (a 3600 s Lease,
+        renewed every 600 s) saw no renewal most times and said a healthy holder's Lease outwaited, exit 3."""
+        return min(duration, max(self.lease_duration_s, -(-duration // 3)))
 
-    def outwaited(self) -> tuple[str, int] | None:
-        """(holder, leaseDurationSeconds) of another identity's Lease that `await_lease` watched unchanged for the
-        most it waits (`_most`: our lease duration, shorter than the Lease's) and so neither took (a crashed holder's
-        is taken only once unchanged for its own duration) nor saw renewed (a live holder's); None otherwise (held,
-        renewed meanwhile, out of reach, or a wait cut short by SIGTERM)."""
+    def outwaited(self) -> tuple[str, int, int] | None:
+        """(holder, leaseDurationSeconds, seconds watched) of another identity's Lease that `await_lease` watched
+        unchanged to the end of its wait (`_most`: shorter than the Lease's duration) and so neither took (a crashed
+        holder's is taken only once unchanged for its own duration) nor saw renewed (a live holder's); None otherwise
+        (held, renewed meanwhile, out of reach, or a wait cut short: SIGTERM, even in its last pause, is a
+        standby's, as the docs say)."""
         with self._lock:
             seen, since, duration = self._observed, self._observed_at, self._observed_for
-            if (self.is_leader or self.last_failure is not None or seen is None or seen[0] in ("", self.identity)
-                    or duration <= self.lease_duration_s or self._tick() - since < self.lease_duration_s):
+            most = self._most(duration)
+            if (not self._waited_out or self.is_leader or self.last_failure is not None or seen is None
+                    or seen[0] in ("", self.identity) or duration <= most or self._tick() - since < most):
                 return None
-        return seen[0], duration
+        return seen[0], duration, most
 
     def _await_step(self, duration: int) -> float:
         """`await_lease`'s pause between tries for a Lease of `duration` s: a sixth of it (as our own retry period

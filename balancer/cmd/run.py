@@ -10,11 +10,11 @@ the Lease elector, the metrics HTTP server. With `--leader-elect` a thread renew
 renew deadline, whatever the loop is doing, and the loop checks it before every action. SIGTERM / SIGINT let the
 action in progress finish, skip the rest of the cycle's actions and release the Lease, so a standby takes over at
 once (deploy/base/controller.yaml's terminationGracePeriodSeconds covers the longest action). `--once
---leader-elect` watches a Lease another replica holds for up to a lease duration (its own at most), and takes it
-over if nobody renews it meanwhile (a crashed holder's; `lease_expires`), else it is a standby; SIGTERM ends that
-wait (a standby, exit 0). Every action ends within `--action-deadline` (its API calls, undo included:
-balancer/actuate/k8s_budget.py), the figure the grace period and the liveness limit are derived from
-(balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
+--leader-elect` watches a Lease another replica holds for up to a lease duration (at most the longer of its own and
+a third of that Lease's), and takes it over if nobody renews it meanwhile (a crashed holder's; `lease_expires`), else
+it is a standby; SIGTERM ends that wait, however late (a standby, exit 0). Every action ends within
+`--action-deadline` (its API calls, undo included: balancer/actuate/k8s_budget.py), the figure the grace period
+and the liveness limit are derived from (balancer/app/health.py). Exit codes: 0 ok, 2 bad input, 3 `--once`
 ended fail-static (held still) or, with `--leader-elect`, could not read or write its Lease (nothing done; said with
 the API's error, not as a standby) or gave up on one of a longer lease duration than its own, not renewed
 meanwhile, 4 `--once` could not save the safety ledger where the next run reads it (logged: that run inherits an
@@ -264,9 +264,10 @@ def lease_out_of_reach(elector, command: str, nothing: str) -> str | None:
     `unreachable()`: the API unreachable or failing, or refusing it, a 403), ending in `nothing` (what it therefore
     did not do); None when the try reached the Lease (another replica holding it, a 409, included) or the elector
     keeps no such failure. Such a replica was said to be a standby, exit 0: a script or a check took an API server
-    cut off, or a Role missing the Lease, for a healthy standby. So is one whose wait ended at its own lease duration
-    behind a Lease of a longer one, not renewed meanwhile (`outwaited`): it cannot tell a live holder from a crashed
-    one, whose Lease it would take only after that longer wait (a CronJob's run waited an hour behind a 3600 s one)."""
+    cut off, or a Role missing the Lease, for a healthy standby. So is one whose wait reached its end behind a Lease
+    of a longer duration, not renewed meanwhile (`outwaited`: the wait the longer of its own lease duration and a
+    third of that Lease's, two renewals of a live gputide holder): it cannot tell a live holder from a crashed one,
+    whose Lease it would take only after that longer wait (a CronJob's run waited an hour behind a 3600 s one)."""
     unreachable = getattr(elector, "unreachable", None)
     failure = unreachable() if unreachable is not None else None
     if failure is not None:
@@ -276,12 +277,12 @@ def lease_out_of_reach(elector, command: str, nothing: str) -> str | None:
     found = outwaited() if outwaited is not None else None
     if found is None:
         return None
-    (holder, duration), most = found, elector.lease_duration_s
+    holder, duration, most = found
     return (f"gputide {command} --once: the Lease {elector.namespace}/{elector.name} is {holder}'s, its "
-            f"leaseDurationSeconds {duration} longer than this run waits ({most} s, its own lease: three --interval, "
-            f"at least 15 s); not renewed meanwhile, so neither taken (a crashed holder's is, once unchanged for "
-            f"{duration} s) nor known to be a live holder's; {nothing} (an --interval of {-(-duration // 3)}s or "
-            "more waits for it)")
+            f"leaseDurationSeconds {duration} longer than this run waits ({most} s: the longer of its own lease, "
+            f"three --interval and at least 15 s, and a third of that one, two renewals of a live holder); not renewed "
+            f"meanwhile, so neither taken (a crashed holder's is, once unchanged for {duration} s) nor known to be a "
+            f"live holder's; {nothing} (an --interval of {-(-duration // 3)}s or more waits for it)")
 
 
 def build_reconciler(args: argparse.Namespace, metrics: ControllerMetrics) -> Reconciler:
