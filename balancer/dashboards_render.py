@@ -1,9 +1,9 @@
 """PNG previews of the Grafana dashboards, without Grafana.
 
 Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range query against a Prometheus
-(plain HTTP, `/api/v1/query_range`) and draws the panels with matplotlib where Grafana would put them
-(`gridPos` on the 24-column grid; a collapsed row's panels too, where Grafana puts them when the row is opened), one
-PNG per dashboard:
+(plain HTTP, `/api/v1/query_range`; the queries Grafana runs, `queries`: not those hidden, `hide: true`) and draws
+the panels with matplotlib where Grafana would put them (`gridPos` on the 24-column grid; a collapsed row's panels
+too, where Grafana puts them when the row is opened), one PNG per dashboard:
 
 - timeseries: lines (stacked areas or bars when the panel stacks or draws bars) on the query's steps, a step
   without a sample a gap as in Grafana (not a line across it, not 0), every dashboard annotation (e.g. GPU loans
@@ -18,8 +18,8 @@ PNG per dashboard:
   in an inline copy Grafana does not draw from): a placeholder saying so, counted in `RenderReport.library_panels`,
   not as a panel without data;
 - a panel of a type that never queries (text, news, dashboard or alert list, ...: `QUERYLESS_PANELS`): its title
-  and a note, no data to miss (not a panel without data); a panel of any other type without queries is "No data",
-  as Grafana shows it, and counted.
+  and a note, no data to miss (not a panel without data); a panel of any other type without queries, or whose every
+  query is hidden, is "No data", as Grafana shows it, and counted.
 
 The drawing itself is `balancer.dashboards_draw`.
 
@@ -163,7 +163,7 @@ class _Each:
 
 # What the renderer reads of a dashboard, and nothing more (not Grafana's schema): a key left out takes the
 # renderer's default; a key there must be of its kind, else a TypeError or KeyError deep in the drawing.
-_TARGET = {"expr": _Need(str), "legendFormat": str}
+_TARGET = {"expr": _Need(str), "legendFormat": str, "hide": bool}
 _PANEL = {
     "type": _Need(str), "title": str, "targets": [_TARGET],
     "gridPos": _Need({"x": _Need(int), "y": _Need(int), "w": _Need(int), "h": _Need(int)}),
@@ -184,7 +184,8 @@ _DASHBOARD = {
                              "query": (str, dict)}]},
     "annotations": {"list": [{"expr": str}]},
 }
-_KINDS = {str: "a string", int: "an integer", dict: "an object", list: "a list", type(None): "null"}
+_KINDS = {str: "a string", int: "an integer", dict: "an object", list: "a list", type(None): "null",
+          bool: "true or false"}
 # The PNG is 40.5 pixels per grid row (0.45 in at 90 dpi). matplotlib before 3.10 draws under 2**16 pixels a side
 # (3.10 raised it to 2**23, matplotlib PR #28904) and the project supports matplotlib>=3.8: 1600 rows and the
 # title's 2 are 64,881 pixels.
@@ -213,7 +214,7 @@ def _check(value: object, spec: object, where: str) -> None:
     """`value` (at `where`) is of `spec`: a type or tuple of types, a {key: spec} object, a [spec] list or _Each."""
     if isinstance(spec, (type, tuple)):
         kinds = spec if isinstance(spec, tuple) else (spec,)
-        if isinstance(value, bool) or not isinstance(value, kinds):
+        if isinstance(value, bool) is not (bool in kinds) or not isinstance(value, kinds):   # True is no integer
             raise _Bad(where, value, _allowed(spec))
     elif isinstance(spec, list):
         _check(value, list, where)
@@ -249,6 +250,16 @@ def shows_data(panel: dict) -> bool:
     in Grafana's library) nor a panel of a type that never queries (`QUERYLESS_PANELS`, a text panel). `panel` checked
     by `_check_panel`."""
     return not is_library_panel(panel) and panel["type"] not in QUERYLESS_PANELS
+
+
+def queries(panel: dict) -> list[dict]:
+    """The queries of `panel` Grafana runs: its `targets` but those hidden (`hide: true`, the eye switched off in the
+    query editor) and those without an expression, which Grafana's Prometheus data source leaves out (its
+    filterQuery); the others' results are drawn. A panel whose every query is hidden is left with none, so it is drawn
+    "No data" and counted under --require-data, as one whose queries were lost is (`shows_data`): Grafana shows it
+    blank, asking Prometheus nothing, and a dashboard whose viewers see a blank panel is what --require-data is there
+    to catch, however the panel came to ask nothing."""
+    return [t for t in panel.get("targets", []) if not t.get("hide") and t["expr"]]
 
 
 def _check_panel(panel: object, where: str, in_row: bool = False) -> None:
@@ -410,7 +421,7 @@ class _Renderer:
 
     def panel_data(self, panel: dict, variables: dict[str, str]) -> list[tuple[str, Series]]:
         data = []
-        for target in panel.get("targets", []):
+        for target in queries(panel):
             for s in self.run({}, target["expr"], variables):
                 data.append((legend(target.get("legendFormat", ""), s.labels), s))
         return data
@@ -418,7 +429,7 @@ class _Renderer:
     def absent_hardware(self, panel: dict) -> str | None:
         """Why an empty `panel` is expected to be empty here, or None: every query of a per-MIG-instance panel reads
         `gpu_instance:` series, which exist only when some GPU in Prometheus is partitioned."""
-        exprs = [t.get("expr", "") for t in panel.get("targets", [])]
+        exprs = [t["expr"] for t in queries(panel)]
         if not exprs or not all(HARDWARE_SERIES in e for e in exprs):
             return None
         return None if self.run({}, HARDWARE_PRESENT, {}) else "no MIG GPU in this Prometheus"

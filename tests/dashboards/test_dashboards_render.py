@@ -334,3 +334,28 @@ def test_no_panel_draws_into_another_panel(monkeypatch, tmp_path):
     spills = [(ax.get_title(loc="left"), other.get_title(loc="left")) for ax in panels for other in panels
               if other is not ax and ax.get_tightbbox(renderer).overlaps(other.get_window_extent(renderer))]
     assert not spills
+
+
+def test_hidden_queries_are_not_run_and_a_panel_with_every_query_hidden_is_without_data(tmp_path, capsys):
+    """Grafana runs neither a query hidden in the editor (`hide: true`) nor one without an expression: both were sent
+    to Prometheus, a hidden query's series drawn and counted. A panel whose every query is hidden is blank in Grafana:
+    "No data", counted under --require-data (audit s39)."""
+    grid = {"x": 0, "y": 0, "w": 12, "h": 8}
+    panels = [{"type": "timeseries", "title": "Temperature", "gridPos": grid,
+               "targets": [{"expr": "gpu:temp", "hide": False}, {"expr": "gpu:hidden_helper", "hide": True},
+                           {"expr": ""}]},
+              {"type": "stat", "title": "All hidden", "gridPos": grid | {"x": 12},
+               "targets": [{"expr": "count(hidden)", "hide": True}]}]
+    (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": panels}))
+    fake = FakePrometheus()
+    try:
+        report = dr.render(fake.url, tmp_path / "png", dashboards_dir=tmp_path, end=1_700_000_000)
+        code = cli.main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path / "png"),
+                         "--dashboards-dir", str(tmp_path), "--require-data"])
+    finally:
+        fake.close()
+    sent = [q["query"] for q in fake.queries if q["path"] == "/api/v1/query_range"]
+    assert sent == ["gpu:temp", "gpu:temp"], "one render each, the hidden and the empty queries not sent"
+    assert report.series == {"board": {"Temperature": len(GPUS), "All hidden": 0}}
+    assert report.empty_panels == {"board": ["All hidden"]}
+    assert code == 1 and "board: no data for All hidden" in capsys.readouterr().err
