@@ -16,11 +16,10 @@ the soak prints one row per checker at the end (`Invariants.table()`), and all m
                     soak checks the budget the guard enforces.
 * `MemoryTrend`     the process's resident memory sampled every cycle, settled first (`settled_rss_mib`: a full
                     collection and glibc's `malloc_trim`, so memory freed but kept by the allocator is not counted as
-                    growth); the sustained growth after warm-up (and, on long runs, over the last day) must stay under
-                    a threshold (MiB per simulated day): the median slope of the pairs of samples a short lag apart
-                    (`sustained_slope`), which a leak moves and a one-off step (an arena, a cache filled once) does
-                    not. The process also holds the harness (simulator, exporter, in-test Kubernetes API, the
-                    checkers' records), so the growth is an upper bound on the controller's own.
+                    growth); the slope after warm-up (and, on long runs, over the last day), fitted by Theil-Sen,
+                    must stay under a threshold (MiB per simulated day). The process also holds the harness
+                    (simulator, exporter, in-test Kubernetes API, the checkers' records), so the slope is an upper
+                    bound on the controller's own.
 * alerts            are tracked by `balancer.app.soak_faults.AlertTracker`.
 """
 
@@ -35,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.stats import theilslopes
 
 from balancer.config import SafetyPolicy
 from balancer.errors import TelemetryError
@@ -232,37 +232,9 @@ def settled_rss_mib() -> float:
     return rss_mib()
 
 
-LAG_FRACTION = 1 / 8   # the longest lag `sustained_slope` compares, as a fraction of the samples judged
-
-
-def sustained_slope(pts: np.ndarray) -> float:
-    """Growth that lasts, of (x, y) rows in x order: the median slope of the pairs `LAG_FRACTION` of the rows apart
-    or down to half that (`L/2 .. L` samples, L = n/8 rounded, at least 1); 0 where there is no such pair.
-
-    Why not the slope of the whole run (Theil-Sen, the median of all pairwise slopes): a one-off step (a thread's
-    malloc arena, a cache filled once) lifts every pair that straddles it, and a step mid-run straddles half of them,
-    so it read as growth (6 MiB at 60% of a 1-day soak: 9-10 MiB/day). Of the pairs at most L apart, a step straddles
-    only the k of the n - k pairs k apart, at most L/(n - L) = 1/7 and about 1/10 of all: however tall, it moves the
-    median from the middle of the other pairs' slopes to about their 55th percentile. A leak lifts every pair it
-    spans, so the median reads its rate as long as it spans more than about 55% of the window (half of the pairs,
-    plus those straddling its start): a leak that begins part-way still counts, growth confined to a short stretch
-    does not (the last-day check in `MemoryTrend.finish` covers a late one). Pairs under L/2 apart are left out: a
-    pair's slope carries the jitter divided by its lag, so the shortest are mostly jitter; they widen what the median
-    is taken of, which dilutes a leak spanning part of the window towards the flat part's zero. Some dilution stays
-    in a short run, whose pairs are at most a couple of hours apart: a leak over the last 60% of a 1-day soak's
-    window reads about 0.7 of its rate with 0.25 MiB of jitter (0.9 in a 7-day soak). Steps that recur closer
-    together than L lift most pairs and read as the growth they add up to; steps more than about 2L apart (32 h in a
-    7-day soak) each read as one-off, however much they add up to. A median, not least squares', whose fit one step
-    near the end of a short run pulled past the limit (8.49 MiB/day in a 1-day soak that read flat elsewhere). Lags
-    count samples: the soak samples once a cycle, evenly."""
-    n = len(pts)
-    longest = max(1, round(n * LAG_FRACTION))
-    slopes = []
-    for k in range(max(1, -(-longest // 2)), longest + 1):
-        dx, dy = pts[k:, 0] - pts[:-k, 0], pts[k:, 1] - pts[:-k, 1]
-        slopes.append(dy[dx > 0] / dx[dx > 0])
-    pooled = np.concatenate(slopes) if slopes else np.empty(0)
-    return float(np.median(pooled)) if pooled.size else 0.0
+def _theil_sen(pts: np.ndarray) -> float:
+    """Theil-Sen slope of (x, y) rows: the median of the pairwise slopes; 0 where x does not vary."""
+    return float(theilslopes(pts[:, 1], pts[:, 0]).slope) if np.ptp(pts[:, 0]) > 0 else 0.0
 
 
 class MemoryTrend:
@@ -271,33 +243,30 @@ class MemoryTrend:
         self.warmup_fraction, self.late_days = warmup_fraction, late_days
         self.max_mib_per_day = max_mib_per_day
         self.check = Check("controller memory flat",
-                           f"sustained RSS growth after warm-up below {max_mib_per_day:g} MiB per simulated day "
-                           "(median slope of pairs a short lag apart, so one-off steps do not count; RSS settled by gc "
-                           "and malloc_trim; the harness included)")
+                           f"RSS slope after warm-up below {max_mib_per_day:g} MiB per simulated day (RSS settled by "
+                           "gc and malloc_trim; the harness included)")
 
     def sample(self, sim_days: float) -> None:
         self.samples.append((sim_days, settled_rss_mib()))
 
     def finish(self, cycle: int) -> float:
-        """Judge the sustained growth (MiB / simulated day) after warm-up; record a breach if too steep.
+        """Fit the slope (MiB / simulated day) over the samples after warm-up; record a breach if too steep.
 
-        The growth is `sustained_slope`'s: the median slope of pairs a short lag apart, which a leak moves wherever it
-        runs for more than about half of the window, and a one-off step (a thread's malloc arena, a cache filled once)
-        barely moves wherever it falls; the whole run's Theil-Sen slope read a 6 MiB step at 60% of a 1-day soak as
-        9-10 MiB/day. Over a run of `late_days` or more after warm-up the last day is also judged alone, the same way:
-        a leak that begins late (a cache that starts growing on day 5 of 7) spans too little of the whole window to
-        move its median but all of the last day, while a step within the last day moves few of that day's pairs too.
-        A leak that spans less than about half of the window and of the last day is missed: it has grown for too short
-        a stretch to tell from a step."""
+        The slope is Theil-Sen's (the median of the pairwise slopes), not least squares': a leak grows with every
+        cycle and moves every pair, while a one-off step (a thread's malloc arena, a cache filled once) near the
+        end of a short run moved least squares past the limit under load (8.49 MiB/day in a 1-day soak that read
+        flat elsewhere) and moves the median less (a step mid-run still reads as growth). Over a run of
+        `late_days` or more after warm-up the last day is also fitted alone: a leak that begins late (a cache that
+        starts growing on day 5) moves too few of the whole run's pairs to shift its median."""
         pts = np.array(self.samples, dtype=float)
         self.check.checked = len(pts)
         if len(pts) < 8:
             self.check.breach(cycle, f"only {len(pts)} memory samples")
             return float("nan")
         tail = pts[int(len(pts) * self.warmup_fraction):]
-        slope = sustained_slope(tail)
+        slope = _theil_sen(tail)
         last_day = tail[tail[:, 0] >= tail[-1, 0] - 1.0]
-        late = sustained_slope(last_day) if np.ptp(tail[:, 0]) >= self.late_days and len(last_day) >= 8 else None
+        late = _theil_sen(last_day) if np.ptp(tail[:, 0]) >= self.late_days and len(last_day) >= 8 else None
         self.check.detail = (f"RSS {pts[0, 1]:.0f} -> {pts[-1, 1]:.0f} MiB, after warm-up {tail[0, 1]:.0f} -> "
                              f"{tail[-1, 1]:.0f} MiB, slope {slope:+.2f} MiB/day"
                              + (f", last day {late:+.2f}" if late is not None else "")
