@@ -5,15 +5,20 @@ the outcome. The restarted agent took the pending Set at the limit before for a 
 agent's Set at before_w), forgot the GPU, and a later give-back or deletion restored the default: 700 W over the
 operator's 250 W (audit s34x11). That Set is no longer asked (h3, session 39): a first cap seen refused whose GPU
 runs at its watts is in force, and the operator's (`PowerCapAgent._held_down`); the agent restarted there and the
-give-back still leave the operator's limit."""
+give-back still leave the operator's limit. A state file an older agent wrote, killed as that Set returned, is still
+read after an upgrade: its pending Set at the limit before is the first cap, landed (`_done` gives back only a GPU
+gputide had capped, set_w known), so the give-back or deletion leaves the operator's 250 W (audit a5 of 868252b3)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from exporters.power_caps import PowerCapAgent, Restore
 from exporters.power_limits_before import LimitsBefore
 from tests.exporters.test_exporter_power_cap_first_landed_deleted_unwritten import StopsAfterTheSet
+from tests.exporters.test_exporter_power_cap_late_set import node
 from tests.exporters.test_exporter_power_cap_refused_first_operator_at_cap import refused_first_cap
 
 
@@ -32,3 +37,19 @@ def test_the_operators_limit_at_the_caps_watts_is_never_raised_after_a_restart(t
     agent.sync()
     agent.sync()
     assert devs[1].limit_mw == 250_000
+
+
+@pytest.mark.parametrize("given_back", ["restore", "deleted"])
+def test_an_older_agents_pending_first_cap_at_the_limit_before_is_never_given_back_after_an_upgrade(tmp_path,
+                                                                                                     given_back):
+    """Written by an agent before 868252b3, which asked that Set and was killed as it returned."""
+    devs, _, backend, source, _, state = node(tmp_path, {"GPU-1": 250.0})
+    devs[1].limit_mw = 250_000   # the operator's nvidia-smi -pl 250 (default 700 W), gputide's cap 250 W
+    state.write_text(json.dumps({"GPU-1": {"before_w": 250.0, "pending_w": 250.0}}))
+    agent = PowerCapAgent(source, backend, LimitsBefore(state))   # the new agent, started on it
+    agent.sync()
+    assert json.loads(state.read_text()) == {"GPU-1": {"before_w": 250.0, "set_w": 250.0}}   # the cap, landed
+    source.caps = {"GPU-1": Restore(250.0)} if given_back == "restore" else {}
+    agent.sync()
+    agent.sync()
+    assert devs[1].limit_mw == 250_000   # was 700 W: the pending Set taken for a give-back, the GPU forgotten

@@ -12,7 +12,7 @@ import pytest
 
 from exporters.backends.fake_nvml import FakeDevice, FakeNvml, NVMLError_NoPermission, NVMLError_NotSupported
 from exporters.backends.nvml import NvmlBackend
-from exporters.power_caps import PowerCapAgent
+from exporters.power_caps import PowerCapAgent, Restore
 from exporters.power_limits_before import LimitsBefore
 
 W = 1000   # milliwatts
@@ -75,7 +75,9 @@ def test_a_cap_at_another_limit_is_still_asked(tmp_path, limit_mw):
 def test_a_refused_first_cap_put_in_force_by_an_operator_is_not_asked_and_stays_the_operators(tmp_path):
     """The driver refused gputide's first 250 W cap; an operator sets ``nvidia-smi -pl 250``: in force, nothing to
     ask (was: refused for good, the sync failing), and not taken for gputide's cap (`Held.refused` kept), so its
-    give-back leaves the operator's limit, an agent restarted under it too."""
+    give-back leaves the operator's limit, an agent restarted under it too. The driver allows Sets before the
+    give-back, so a raise would land (was: taken for gputide's cap, the give-back forgot the GPU, and the agent
+    restarted under it raised the operator's 250 W to the 700 W default)."""
     node = Node(tmp_path, 700 * W, {"GPU-0": 250.0})
     assert node.sync() == ({}, 1) and node.agent.failed
     node.gpu.limit_mw = 250 * W   # the operator
@@ -83,3 +85,11 @@ def test_a_refused_first_cap_put_in_force_by_an_operator_is_not_asked_and_stays_
         assert node.sync() == ({}, 0)
         assert node.agent.failed is None and node.agent.lost == set()
     assert json.loads(node.state.read_text()) == {"GPU-0": {"before_w": 250.0, "refused": True}}
+    del node.gpu.fail[SET]   # privileged at last: a Set raising the limit would land
+    node.source.caps = {"GPU-0": Restore(250.0)}   # given back (the controller keeps the give-back a while)
+    node.sync()
+    assert node.gpu.limit_mw == 250 * W and node.agent.failed is None
+    node.agent = PowerCapAgent(node.source, node.agent.target, LimitsBefore(node.state))   # restarted under it
+    for _ in range(2):
+        node.sync()
+        assert node.gpu.limit_mw == 250 * W and node.agent.failed is None
