@@ -420,11 +420,13 @@ class _Renderer:
         return self.client.query_range(query, self.start, self.end, self.step)
 
     def panel_data(self, panel: dict, variables: dict[str, str]) -> list[tuple[str, Series]]:
+        """What `panel` draws: each series with samples that its queries (`queries`) answer, by its legend; none is
+        "No data"."""
         data = []
         for target in queries(panel):
             for s in self.run({}, target["expr"], variables):
                 data.append((legend(target.get("legendFormat", ""), s.labels), s))
-        return data
+        return [(n, s) for n, s in data if len(s.values)]
 
     def absent_hardware(self, panel: dict) -> str | None:
         """Why an empty `panel` is expected to be empty here, or None: every query of a per-MIG-instance panel reads
@@ -479,7 +481,6 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
     ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
     data = renderer.panel_data(panel, variables)
-    data = [(n, s) for n, s in data if len(s.values)]
     report.series[name][panel.get("title", "")] = len(data)
     if not data:
         why = renderer.absent_hardware(panel)

@@ -43,14 +43,17 @@ ROOT = Path(__file__).resolve().parents[2]
 WARMUP_S = 20  # wall seconds at least of scraping before rendering: rate() windows, heatmaps, forecast errors scored
 
 
+def _shown(dashboard: dict) -> list[dict]:
+    """The panels of `dashboard` the renderer queries and counts when empty, as it finds them (`dr.laid_out`: a
+    collapsed row's panels too; `dr.shows_data`: not a library panel, not a text panel or another that never
+    queries): each must have data."""
+    return [panel for _, panel in dr.laid_out(dashboard["panels"]) if dr.shows_data(panel)]
+
+
 def _panels() -> list[tuple[str, str, bool]]:
-    out = []
-    for path in sorted((ROOT / "dashboards").glob("*.json")):
-        for panel in json.loads(path.read_text())["panels"]:
-            if panel["type"] != "row":
-                controller = any("gputide_" in t["expr"] for t in panel.get("targets", []))
-                out.append((path.stem, panel["title"], controller))
-    return out
+    """(dashboard, panel title, whether it reads the controller's series) of every panel that must have data."""
+    return [(name, panel.get("title", ""), any("gputide_" in t["expr"] for t in dr.queries(panel)))
+            for name, dashboard in dr.load_dashboards(ROOT / "dashboards") for panel in _shown(dashboard)]
 
 
 PANELS = _panels()
@@ -184,17 +187,17 @@ def _schedule(scheduler, metrics, stop: threading.Event) -> None:
 
 
 def _empty_panels(url: str, uids: list[str]) -> list[str]:
-    """The panels of the dashboards `uids` with no data over the last two minutes, as `_render` would find them
-    (a panel of hardware this Prometheus lacks is not empty), without drawing."""
+    """The panels of the dashboards `uids` with no data over the last two minutes, as `_render` would count them
+    (the panels `_shown`, each queried as the renderer does; a panel of hardware this Prometheus lacks is not empty),
+    without drawing."""
     client, end = dr.PromClient(url), time.time()
     renderer = dr._Renderer(client, end - 120, end, 2)
     empty = []
     for name, dashboard in dr.load_dashboards(ROOT / "dashboards"):
         if dashboard.get("uid") in uids:
             variables = dr.resolve_variables(dashboard, client)
-            empty += [f"{name}: {p.get('title')}" for p in dashboard.get("panels", []) if p.get("type") != "row"
-                      and not any(len(s.values) for _, s in renderer.panel_data(p, variables))
-                      and renderer.absent_hardware(p) is None]
+            empty += [f"{name}: {p.get('title', '')}" for p in _shown(dashboard)
+                      if not renderer.panel_data(p, variables) and renderer.absent_hardware(p) is None]
     return empty
 
 
