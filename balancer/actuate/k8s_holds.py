@@ -591,14 +591,21 @@ class Holds:
         list may not show it terminating yet; one stuck keeps the hold past the hour, `k8s_stuck`: it was killed for
         this node.) Each hold's own `AWAITED` decides for the pods that hold names: one hold evicted X (its room
         that hold's), another only waits for X; with X stuck, the waits of all holds merged dropped it from the room
-        the first hold's victims free, and that hold was given back as though others took the room."""
+        the first hold's victims free, and that hold was given back as though others took the room. One evicted
+        earlier in the pass (`_evicted`: evicted, or found terminating or gone, by the eviction's own read) is leaving
+        whichever hold names it: its `Usage` is the pass's list, read before, so `room_coming` would judge a reading
+        that no longer holds. One a preemption's eviction found terminating (its owner deleting it since the list, so
+        within its grace) is only waited for (`AWAITED`), and judged by that stale reading (not terminating) its room
+        was not coming: another hold on the node resumed later in the pass was given back as though others took the
+        room it frees."""
         named, sure = set(), set()   # named by a hold; named by one that does not only wait for it
         for e in node["reservations"].values():
             victims, waited = {k for f in (LEFT, EVICTED) for k in e.get(f) or ()}, set(awaited_of(e))
             named |= victims
             sure |= victims - waited
-        return [u for u in (*self._bound_by_node().get(node["name"], ()), *self._evicted.get(node["name"], ()))
-                if u.key in sure or u.key in named and room_coming(u, now)]
+        return [*(u for u in self._bound_by_node().get(node["name"], ())
+                  if u.key in sure or u.key in named and room_coming(u, now)),
+                *(u for u in self._evicted.get(node["name"], ()) if u.key in named)]
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
