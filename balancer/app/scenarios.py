@@ -133,12 +133,20 @@ def hotspot_fleet() -> fleet_mod.Fleet:
     return fleet_mod.from_dict(yaml.safe_load(HOTSPOT_FLEET_YAML), "<hotspot scenario fleet>")
 
 
-def demand_from_trace(path: str, peak: float, fmt: str = "csv") -> Callable[[float], float]:
+def demand_from_trace(path: str, peak: float, fmt: str = "csv",
+                      step_s: float | None = None) -> Callable[[float], float]:
     """A demand curve from a trace (`fmt`: csv, servegen or requests), scaled so its maximum is `peak`, repeated
-    over its span."""
-    from balancer.forecast.traces import load_demand
+    over its span. A trace whose own step is under 1s, which the loader refuses to read as it is, is averaged onto
+    `step_s` (the simulator's step) as `forecast backtest --step` resamples a trace: before, simulate's --step never
+    reached the loader, and such a trace had no way in (exit 2, the message pointing at that --step)."""
+    from balancer.forecast.traces import OwnStepTooFine, load_demand
 
-    y = load_demand(path, fmt or "csv")
+    try:
+        y = load_demand(path, fmt or "csv")
+    except OwnStepTooFine:
+        if step_s is None:
+            raise
+        y = load_demand(path, fmt or "csv", step=repr(float(step_s)))
     values = y.interpolate(limit_direction="both").to_numpy(dtype=float)
     if values.size == 0 or not np.isfinite(values).any() or np.nanmax(values) <= 0:
         raise InputError(path, "value", "no positive demand", "a trace with positive demand values")
@@ -159,7 +167,7 @@ def _hotspot_setup(sim: SimCluster, *, days: float, seed: int, trace: str | None
                            slo_latency_s=0.6)
         rate = float(np.mean([spec.rate_on(m) for m in sorted(set(sim.gpu_model.tolist()))]))
         peak = 0.5 * rate * per_service
-        demand = (demand_from_trace(trace, peak, trace_format or "csv") if trace else
+        demand = (demand_from_trace(trace, peak, trace_format or "csv", sim.step_s) if trace else
                   TidalDemand(peak=peak, trough=0.25 * peak, peak_hour=13.0 + 2 * k, noise=0.03,
                               seed=seed + k))
         sim.add_service(ServiceSpec(name=spec.name, rps_a100=20.0, replicas=per_service, gpu_memory_mib=24576,

@@ -8,9 +8,9 @@ Writes DIR/summary.json, DIR/timeseries.csv, DIR/audit.jsonl and DIR/timeseries.
 (`--print`). A figure the run could not measure (the reconcile times of a policy that runs no cycle, `none`) is
 null in the JSON and "not measured" in the table, never 0. `--format` is the format of the demand trace
 (`balancer.forecast.traces.load_demand`): by default a folder is read as ServeGen and a file as `timestamp,value`
-CSV. `--checkpoint-on-sigterm` (tidal only): whether the training jobs save a checkpoint when a shrink stops their
-workers (`all`: a shrink loses nothing) or not (`none`, the default: a shrink loses the work since the job's last
-checkpoint).
+CSV; a trace whose own step is under 1 s is averaged onto the simulator's `--step`. `--checkpoint-on-sigterm`
+(tidal only): whether the training jobs save a checkpoint when a shrink stops their workers (`all`: a shrink loses
+nothing) or not (`none`, the default: a shrink loses the work since the job's last checkpoint).
 Scenarios: `balancer.app.scenarios.SCENARIOS` (with `tidal` from `balancer.app.tidal`); policies:
 `balancer.app.scenarios.POLICIES` (`none`, `gputide` and whatever other applications registered).
 """

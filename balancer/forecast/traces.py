@@ -431,6 +431,11 @@ def _own_step_of(out: pd.Series, own: pd.Timedelta, what: str) -> None:
     out.attrs["own_step_what"] = what
 
 
+class OwnStepTooFine(InputError):
+    """`own_step`'s refusal of a trace whose own step is under 1s, loaded without a step: a caller with a step of its
+    own loads it again at that step (the simulator at its --step, `balancer.app.scenarios.demand_from_trace`)."""
+
+
 def own_step(seconds: Decimal, step: pd.Timedelta | None, path: str, field: str, what: str) -> pd.Timedelta:
     """A trace's own step (`what`: how it was read off the trace, e.g. the median gap between its times), held to what
     `parse_step` makes of a --step: whole microseconds, and without a `step` to resample to, at least 1s. Unrounded,
@@ -439,8 +444,8 @@ def own_step(seconds: Decimal, step: pd.Timedelta | None, path: str, field: str,
     step. Computed once per load: it is both the step loaded at without --step and the one kept (`_own_step_of`)."""
     td = _whole_us(seconds)
     if step is None and td < MIN_STEP:
-        raise InputError(path, field, f"{float(seconds):g}s", "a trace whose own step is at least 1s, or a --step "
-                         "of at least 1s to resample it", detail=f"{what}, the trace's step without --step")
+        raise OwnStepTooFine(path, field, f"{float(seconds):g}s", "a trace whose own step is at least 1s, or a "
+                             "--step of at least 1s to resample it", detail=f"{what}, the trace's step without --step")
     return td
 
 
