@@ -228,10 +228,12 @@ class Holds:
         its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`), a pod it
         only waits for is stuck past its grace (`_judged`), or victims are left to evict on a node that no
         longer admits the pod (`_refusal`): then none is evicted and the node is given back instead (`_room_taken`).
-        With all evicted, such a node stays held up to its cap while they terminate (`k8s_stuck`). The clock is
-        read once for it all, and the node's pods walked once for what is running, coming and stuck (`_judged`): each
-        pod's room was judged on a clock reading of its own, and those stuck on yet another, so a grace ending between
-        two readings had a pod coming in one judgment and stuck in the next."""
+        With all evicted, such a node stays held up to its cap while they terminate (`k8s_stuck`). Rooms and stuck
+        pods are judged on one reading of the clock (`now`: `_judged`, `_leaving`), the node's pods walked once for
+        what is running, coming and stuck: each pod's room was judged on a reading of its own, and those stuck on yet
+        another, so a grace ending between two readings had a pod coming in one judgment and stuck in the next. What
+        follows reads the clock again for its own ends: the victims kept past the hour (`stuck_victims`, each read
+        from the API server), the hold written again (`Preemptor.resume`) and its Event (`tell_stuck`)."""
         key = req["name"]
         i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
                                                      for f in (LEFT, EVICTED))), None)
