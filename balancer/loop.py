@@ -439,8 +439,7 @@ class Reconciler:
         on `snap` and the ledger as it is now (`planner.still_full`; the guard as the review sees it, `_guard`): before
         planning, and at the end of a cycle that kept a move off (`_unfilled`). The guard is asked only while a pod is
         kept off. Its count (`SafetyGuard.full_nodes`) counts the replicas not running (`unavailable.short`) only for
-        the few owners the ledger holds migrations of, the ones `_in_flight` reads (~0.5 ms at 20k services counted
-        from their spec; ~9 ms when it passed over every service)."""
+        the few owners the ledger holds migrations of, the ones `_in_flight` reads (the cost: `unavailable.short`)."""
         self.state = planner_mod.still_full(self.state, lambda: self._guard().full_nodes(snap, self.ledger, now))
 
     def _reload_policy(self) -> None:

@@ -284,8 +284,7 @@ class SafetyGuard:
         whose review kept a move off a full node (`loop.Reconciler._unfilled`): that keep-off ends once the node
         has room (the migrations settling there settle, the replacement that held it runs), not `refusedTargetRetryS`
         after the refusal. The replicas not running counted only of the owners the ledger holds migrations of, the
-        only ones `_in_flight` reads: counted for every service, ~9 ms of the loop's recount at 20k services counted
-        from their spec."""
+        only ones `_in_flight` reads (the cost: `unavailable.short`)."""
         t = self._moving(snapshot, ledger, now, 0, {owner for _, _, _, owner in ledger.migrations})
         limit = self.policy.max_concurrent_migrations_per_node
         return frozenset(node for node, count in t.per_node.items() if count >= limit)
