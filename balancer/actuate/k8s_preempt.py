@@ -347,6 +347,31 @@ def past_grace(ends: float | None, now: float) -> bool:
     return ends is not None and now >= ends + GRACE_SLACK_S
 
 
+# the pods (namespace/name, uid) whose unreadable `deletionTimestamp` was logged (`_unreadable_end`), oldest first: at
+# most `_UNREADABLE_KEPT`, the oldest forgotten (said again should it still be there)
+_unreadable_said: dict[tuple[str, str], None] = {}
+_UNREADABLE_KEPT = 1024
+
+
+def _unreadable_end(pod: Any) -> None:
+    """Log, once per pod, that the terminating `pod` (`k8s_reads.Usage`) has a `deletionTimestamp` that cannot be
+    read. Taken as within its grace (`past_grace`), its room is coming for as long as it stays: a pod waiting for it
+    holds its node again at every hour, and nothing says it is stuck (no PreemptionStuck Event, `k8s_stuck`), so
+    unsaid an operator could not tell why. `Usage` keeps no unreadable text (`deleting` is 0.0): the operator reads
+    it from the pod."""
+    said = (pod.key, pod.uid)
+    if said in _unreadable_said:
+        return
+    if len(_unreadable_said) >= _UNREADABLE_KEPT:
+        del _unreadable_said[next(iter(_unreadable_said))]
+    _unreadable_said[said] = None
+    namespace, _, name = pod.key.rpartition("/")
+    log.warning("pod %s (uid %s) on %s is terminating but its deletionTimestamp cannot be read: taken as within "
+                "its grace, its room coming while it stays (a pod waiting for it holds node %s again every hour, never "
+                "said stuck); see kubectl get pod -n %s %s -o jsonpath='{.metadata.deletionTimestamp}'",
+                pod.key, pod.uid or "unknown", pod.node, pod.node, namespace, name)
+
+
 def room_coming(pod: Any, now: float) -> bool:
     """Whether the room of `pod` (`k8s_reads.Usage`, bound) is coming: it is terminating, not past its grace
     (`past_grace`: `Usage.deleting`, its `deletionTimestamp`, the deletion's time plus its grace, by the API
@@ -356,8 +381,11 @@ def room_coming(pod: Any, now: float) -> bool:
     for ever (held, waiting, `Holds.stuck` past the hour), where the pod would preempt elsewhere; it is then neither
     victim nor room, as a running pod of equal priority is. So is one whose grace ends beyond the hour a hold lasts
     (its owner deleted it with a grace of a day): counted, the pod waited there all day, its hold lapsing at every
-    hour and made again; it is counted once its grace ends within the hour."""
+    hour and made again; it is counted once its grace ends within the hour. One terminating whose time cannot be
+    read is logged, once (`_unreadable_end`)."""
     ends = pod.deleting or None   # 0.0: not being deleted, or its time unreadable
+    if ends is None and pod.terminating:
+        _unreadable_end(pod)
     return bool(pod.terminating) and not pod.comes_back and not past_grace(ends, now) and (
         ends is None or ends - MAX_HOLD_S <= now)
 

@@ -1,0 +1,44 @@
+"""A terminating pod whose `deletionTimestamp` cannot be read is taken as within its grace (`k8s_preempt.past_grace`):
+a pod waiting for it holds its node again at every hour for as long as it stays, and nothing says it is stuck (no
+PreemptionStuck Event). It is logged as a warning, once per pod (`room_coming`, where its room is judged), naming the
+pod, so an operator can tell why; unsaid, nothing showed it. Against the fake API server."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import test_k8s_preemption_stuck_unreadable as unreadable
+from fakeapi import FakeKube
+
+from balancer.actuate import k8s_preempt
+from balancer.actuate.k8s_reads import Usage
+
+
+@pytest.fixture(autouse=True)
+def none_said(monkeypatch):
+    """No pod said yet in this process (`_unreadable_said` outlives a test)."""
+    monkeypatch.setattr(k8s_preempt, "_unreadable_said", {}, raising=False)
+
+
+def said(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and "deletionTimestamp cannot be read" in r.getMessage()]
+
+
+def test_a_pod_waited_for_past_the_hours_is_warned_of_once(kube: FakeKube, api, clock, caplog):
+    """The hold for urgent lapses at the hour and is made again while train stays, judged at every pass: said once."""
+    caplog.set_level(logging.WARNING, logger=k8s_preempt.__name__)
+    unreadable.test_a_victim_whose_grace_end_cannot_be_read_is_not_said_stuck_and_is_waited_for(kube, api, clock)
+    (one,) = said(caplog)
+    assert one.startswith("pod default/train (uid ") and " on a is terminating" in one
+    assert "kubectl get pod -n default train" in one
+
+
+def test_each_pod_is_warned_of_once_and_a_readable_one_never(caplog):
+    caplog.set_level(logging.WARNING, logger=k8s_preempt.__name__)
+    unread = Usage("a", 8, 0, 0, (), key="default/x", uid="u1", terminating=True)
+    for pod in (unread, unread, unread._replace(key="default/y", uid="u2"), unread._replace(deleting=1000.0),
+                unread._replace(terminating=False)):
+        k8s_preempt.room_coming(pod, 1000.0)
+    assert [m.split(" (")[0] for m in said(caplog)] == ["pod default/x", "pod default/y"]
