@@ -17,9 +17,10 @@ too, where Grafana puts them when the row is opened), one PNG per dashboard:
 - a library panel (a reference to a panel kept in Grafana's library: its queries are not in the file, or only
   in an inline copy Grafana does not draw from): a placeholder saying so, counted in `RenderReport.library_panels`,
   not as a panel without data;
-- a panel of a type that never queries (text, news, dashboard or alert list, ...: `QUERYLESS_PANELS`): its title
-  and a note, no data to miss (not a panel without data); a panel of any other type without queries, or whose every
-  query is hidden, is "No data", as Grafana shows it, and counted.
+- a panel of a type that never queries (text, news, dashboard or alert list, ...: `QUERYLESS_PANELS`), or a
+  plugin's panel without targets (a clock): its title and a note, no data to miss (not a panel without data); a
+  built-in query panel (`QUERY_PANELS`: graph, stat, table, ...) without queries, or any panel whose every query is
+  hidden, is "No data", as Grafana shows it, and counted.
 
 The drawing itself is `balancer.dashboards_draw`.
 
@@ -163,7 +164,7 @@ class _Each:
 
 # What the renderer reads of a dashboard, and nothing more (not Grafana's schema): a key left out takes the
 # renderer's default; a key there must be of its kind, else a TypeError or KeyError deep in the drawing.
-_TARGET = {"expr": _Need(str), "legendFormat": str, "hide": bool}
+_TARGET = {"expr": _Need(str), "legendFormat": str, "hide": (bool, type(None))}   # null: not hidden, as in Grafana
 _PANEL = {
     "type": _Need(str), "title": str, "targets": [_TARGET],
     "gridPos": _Need({"x": _Need(int), "y": _Need(int), "w": _Need(int), "h": _Need(int)}),
@@ -214,7 +215,7 @@ def _check(value: object, spec: object, where: str) -> None:
     """`value` (at `where`) is of `spec`: a type or tuple of types, a {key: spec} object, a [spec] list or _Each."""
     if isinstance(spec, (type, tuple)):
         kinds = spec if isinstance(spec, tuple) else (spec,)
-        if isinstance(value, bool) is not (bool in kinds) or not isinstance(value, kinds):   # True is no integer
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):   # True is no integer
             raise _Bad(where, value, _allowed(spec))
     elif isinstance(spec, list):
         _check(value, list, where)
@@ -231,10 +232,16 @@ def _check(value: object, spec: object, where: str) -> None:
 
 
 # Grafana's built-in panels that never run queries (their plugin.json says `skipDataQuery: true`): Grafana draws them
-# from their options or its own API, whatever `targets` they hold (a panel changed to text keeps its old ones). Any
-# other type draws its queries' results, and without queries (lost, all removed) Grafana shows it as "No data".
+# from their options or its own API, whatever `targets` they hold (a panel changed to text keeps its old ones).
 QUERYLESS_PANELS = frozenset({"text", "news", "dashlist", "alertlist", "annolist", "alertGroups", "pluginlist",
                               "gettingstarted", "welcome", "live"})
+# Grafana's built-in panels that draw their queries' results: without queries (lost, all removed) Grafana shows one
+# as "No data". A panel of a type in neither set is a plugin's, which may never query (grafana-clock-panel): without
+# targets it is taken for one that does not, with targets for one that does (`shows_data`).
+QUERY_PANELS = frozenset({"timeseries", "graph", "stat", "singlestat", "gauge", "bargauge", "table", "table-old",
+                          "heatmap", "barchart", "piechart", "histogram", "state-timeline", "status-history",
+                          "xychart", "trend", "candlestick", "geomap", "nodeGraph", "logs", "traces", "flamegraph",
+                          "canvas"})
 
 
 def is_library_panel(panel: dict) -> bool:
@@ -246,10 +253,13 @@ def is_library_panel(panel: dict) -> bool:
 
 def shows_data(panel: dict) -> bool:
     """A panel Grafana draws from its queries' results: its queries are run and, should they return nothing, it is
-    "No data" and counted (`RenderReport.empty_panels`, --require-data). Not a library panel reference (its queries are
-    in Grafana's library) nor a panel of a type that never queries (`QUERYLESS_PANELS`, a text panel). `panel` checked
-    by `_check_panel`."""
-    return not is_library_panel(panel) and panel["type"] not in QUERYLESS_PANELS
+    "No data" and counted (`RenderReport.empty_panels`, --require-data). A built-in query panel (`QUERY_PANELS`) is,
+    with queries or without; a plugin's panel only with `targets` (without, it is taken for one that never queries, a
+    clock). Not a library panel reference (its queries are in Grafana's library) nor a panel of a type that never
+    queries (`QUERYLESS_PANELS`, a text panel). `panel` checked by `_check_panel`."""
+    if is_library_panel(panel) or panel["type"] in QUERYLESS_PANELS:
+        return False
+    return panel["type"] in QUERY_PANELS or bool(panel.get("targets"))
 
 
 def queries(panel: dict) -> list[dict]:
@@ -461,7 +471,7 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
                            max(g["w"] / 24 - 0.05, 0.5 / 24), max(g["h"] - 1.1, 0.5) / rows))
         if is_library_panel(panel):
             report.library_panels.setdefault(name, []).append(_library_placeholder(ax, panel))
-        elif not shows_data(panel):   # a text panel: it never queries, so it has no data to miss (--require-data)
+        elif not shows_data(panel):   # a text panel, a clock: it never queries, no data to miss (--require-data)
             _placeholder(ax, panel.get("title", ""), f"{panel['type']} panel: runs no queries, not drawn here")
         else:
             _draw_panel(fig, ax, panel, renderer, (variables, annotations), report, name)

@@ -59,9 +59,9 @@ def test_a_json_object_that_is_not_a_dashboard_is_refused_naming_file_field_valu
     pytest.param({"title": "t", "panels": [STAT | {"targets": [{"legendFormat": "{{gpu}}"}]}]},
                  "panels[0].targets[0].expr", "None", "a string (missing)", id="a query without its expression"),
     pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": "true"}]}]},
-                 "panels[0].targets[0].hide", "'true'", "true or false", id="a query hidden by a string"),
+                 "panels[0].targets[0].hide", "'true'", "true or false or null", id="a query hidden by a string"),
     pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": 1}]}]},
-                 "panels[0].targets[0].hide", "1", "true or false", id="a query hidden by a number"),
+                 "panels[0].targets[0].hide", "1", "true or false or null", id="a query hidden by a number"),
     pytest.param({"title": "t", "panels": [STAT | {"fieldConfig": {"defaults": {"unit": ["watt"]}}}]},
                  "panels[0].fieldConfig.defaults.unit", "'(a list)'", "a string", id="a unit not a string"),
     pytest.param({"title": "t", "panels": [STAT | {"transformations": [{"id": "groupingToMatrix",
@@ -291,6 +291,31 @@ def test_a_query_panel_without_queries_is_a_panel_without_data(tmp_path, capsys,
     assert code == 1 and "board: no data for Lost" in capsys.readouterr().err
     report, _ = _rendered(tmp_path)
     assert report.empty_panels == {"board": ["Lost"]} and report.series == {"board": {"GPUs": len(GPUS), "Lost": 0}}
+
+
+@pytest.mark.parametrize("targets", [{"targets": []}, {}], ids=["targets empty", "no targets key"])
+def test_a_plugin_panel_without_targets_is_not_a_panel_without_data(tmp_path, capsys, targets):
+    """A plugin's panel that never queries (grafana-clock-panel) is not in QUERYLESS_PANELS, Grafana's own: it was
+    "No data", counted, and --require-data exited 1 for a dashboard whose every query had data (audit a7). A plugin's
+    panel with targets is queried and counted as before."""
+    from test_dashboards_render import GPUS
+
+    clock = {"type": "grafana-clock-panel", "title": "Clock", "gridPos": GRID | {"x": 12}} | targets
+    polystat = {"type": "grafana-polystat-panel", "title": "Hex", "gridPos": GRID | {"y": 9},
+                "targets": [{"expr": "gpu:temp"}]}
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, clock, polystat])
+    report, queries = _rendered(tmp_path)
+    assert queries.count("gpu:temp") == 2
+    assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS), "Hex": len(GPUS)}}
+
+
+def test_a_query_with_hide_null_is_not_hidden(tmp_path, capsys):
+    """Grafana takes `"hide": null` for a query shown (only true hides it): it was refused, exit 2 (audit a7)."""
+    from test_dashboards_render import GPUS
+
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp", "hide": None}]}])
+    report, queries = _rendered(tmp_path)
+    assert "gpu:temp" in queries and report.series == {"board": {"GPUs": len(GPUS)}}
 
 
 def _collapsed(y: int, *panels: dict) -> dict:

@@ -109,15 +109,25 @@ def test_panels_without_data_are_reported(tmp_path):
 MIG_PANEL = "SM activity per MIG instance"
 
 
-@pytest.mark.parametrize(("missing", "expected_empty"), [
-    (("gpu_instance:",), False), (("gpu_instance:sm_active",), True)],
-    ids=["no MIG GPU at all: not applicable, --require-data passes", "MIG GPUs but no per-instance series: empty"])
-def test_the_mig_panel_counts_as_empty_only_when_the_fleet_has_mig_gpus(tmp_path, capsys, missing, expected_empty):
+@pytest.mark.parametrize(("missing", "expected_empty", "hidden"), [
+    (("gpu_instance:",), False, []), (("gpu_instance:sm_active",), True, []),
+    (("gpu_instance:",), False, [{"expr": "gpu:temp", "hide": True}])],
+    ids=["no MIG GPU at all: not applicable, --require-data passes", "MIG GPUs but no per-instance series: empty",
+         "no MIG GPU, a hidden per-GPU query beside the per-instance ones: still not applicable (audit a7)"])
+def test_the_mig_panel_counts_as_empty_only_when_the_fleet_has_mig_gpus(tmp_path, capsys, missing, expected_empty,
+                                                                        hidden):
+    """A query Grafana does not run (hidden) is not one of the panel's: it does not make the MIG panel per-GPU."""
+    boards = tmp_path / "boards"
+    boards.mkdir()
+    fleet = json.loads((dr.DEFAULT_DASHBOARDS_DIR / "gpu-fleet.json").read_text())
+    mig = next(p for _, p in dr.laid_out(fleet["panels"]) if p.get("title") == MIG_PANEL)
+    mig["targets"].extend(hidden)   # the panel itself: laid_out copies a moved panel, not its targets
+    (boards / "gpu-fleet.json").write_text(json.dumps(fleet))
     fake = FakePrometheus(missing=missing)
     try:
-        report = dr.render(fake.url, tmp_path, uid="gputide-gpu-fleet", range_s=3600, end=1_700_000_000)
-        code = cli.main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path), "--dashboard",
-                         "gputide-gpu-fleet", "--range", "1h", "--require-data"])
+        report = dr.render(fake.url, tmp_path, dashboards_dir=boards, range_s=3600, end=1_700_000_000)
+        code = cli.main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path), "--dashboards-dir",
+                         str(boards), "--range", "1h", "--require-data"])
     finally:
         fake.close()
     assert (MIG_PANEL in report.empty_panels["gpu-fleet"]) is expected_empty
