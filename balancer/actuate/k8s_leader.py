@@ -2,7 +2,8 @@
 
 `LeaseLeaderElector` follows client-go's leaderelection: a coordination.k8s.io/v1 Lease holds holderIdentity,
 leaseDurationSeconds, acquireTime, renewTime and leaseTransitions; a contender takes over only when the record it
-observed has not changed for a lease duration (measured on its own monotonic clock from when it saw the change, not
+observed (holder, renewTime, transitions and leaseDurationSeconds: an edit of the duration alone counts as a change)
+has not changed for a lease duration (measured on its own monotonic clock from when it saw the change, not
 from the holder's renewTime, so clock skew between replicas does not matter), and writes with the observed
 resourceVersion so that of two racing contenders only one wins.
 
@@ -88,10 +89,12 @@ class LeaseLeaderElector:
         # `await_lease`'s sleep between tries, a test's or simulation's on its clock: it wins over the caller's (a
         # real wait); None: the caller's, else until `release()` (at most that long)
         self.pause: Callable[[float], object] | None = pause
-        self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions) last seen
+        self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions, duration) last seen
         self._observed_at = 0.0                          # our monotonic clock when we saw the record change
         self._observed_for = self.lease_duration_s       # the leaseDurationSeconds last seen on the Lease
-        self._waited_out = False   # `await_lease`'s last wait reached its end (not cut short: SIGTERM, a change)
+        # (leaseDurationSeconds, seconds watched) of `await_lease`'s last wait if it reached its end (not cut short:
+        # SIGTERM, a renewal); `outwaited()` says what that wait did, not what the Lease's duration would make it
+        self._waited_out: tuple[int, int] | None = None
         self._renewed_at: float | None = None            # our monotonic clock at our last successful write as holder
         self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
@@ -171,7 +174,8 @@ class LeaseLeaderElector:
             return self.is_leader
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+        # the whole record, as client-go compares it: an edit of leaseDurationSeconds alone restarts the count too
+        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"), spec.get("leaseDurationSeconds"))
         if record != self._observed:   # when WE saw it change, on our clock: the holder's renewTime is not trusted
             self._observed, self._observed_at = record, tick
         duration = self._observed_for = int(spec.get("leaseDurationSeconds") or self.lease_duration_s)
@@ -204,13 +208,15 @@ class LeaseLeaderElector:
         rule of `try_acquire_or_renew` lets us take it (the record unchanged for its lease duration since we first
         saw it, on our clock: a crashed holder's Lease); True once we hold it. False as soon as the record changes
         (the holder renewed: a live holder does within its renew deadline, so a healthy standby leaves within about
-        a lease duration), a try cannot reach the Lease or finds it written meanwhile (`last_failure`;
-        `unreachable()` tells the two apart for the caller), `stopping()` (SIGTERM) or `release()`, or once a try
-        that began a lease duration and a pause after we first saw it did not take it. A single try never takes
-        such a Lease: the holder's renewTime is on its clock, not ours, so a --once run (a CronJob) was a standby for
-        ever behind a Lease nobody renewed. Call it with no renewer running (`start()` once it returns True): its
-        tries are then the Lease's one reader, and the failure that ended it stays until the caller reads it (a
-        renewer read the Lease twice per pause and reset `last_failure` in between).
+        a lease duration; an edit of its leaseDurationSeconds alone is no renewal, a holder's write dates renewTime:
+        it restarts the watch, from when we saw it, judged by the new duration, as it restarts the takeover rule's
+        count: client-go compares the whole record), a try cannot reach the Lease or finds it written meanwhile
+        (`last_failure`; `unreachable()` tells the two apart for the caller), `stopping()` (SIGTERM) or `release()`,
+        or once a try that began a lease duration and a pause after we last saw the record change did not take it.
+        A single try never takes such a Lease: the holder's renewTime is on its clock, not ours, so a --once run (a
+        CronJob) was a standby for ever behind a Lease nobody renewed. Call it with no renewer running (`start()`
+        once it returns True): its tries are then the Lease's one reader, and the failure that ended it stays until
+        the caller reads it (a renewer read the Lease twice per pause and reset `last_failure` in between).
 
         The pause is the Lease's, not ours (`_await_step`): a sixth of its lease duration, at most our retry period.
         Our own retry period follows our `--interval` (a 1 h interval: 30 min), which has nothing to do with the
@@ -226,19 +232,14 @@ class LeaseLeaderElector:
         neither taken nor seen renewed, `outwaited()` says so for the caller to report, not exit a standby; a wait
         cut short (SIGTERM, `release()`) is a standby's, however late in the wait it came."""
         with self._lock:
-            self._waited_out = False
+            self._waited_out = None
             seen, since, duration = self._observed, self._observed_at, self._observed_for
             if self.is_leader or self.last_failure is not None or seen is None or seen[0] in ("", self.identity):
                 return self.is_leader
-        pause, step, most = self.pause or pause or self._halt.wait, self._await_step(duration), self._most(duration)
-        if most < duration:
-            log.warning("lease %s/%s: its leaseDurationSeconds %d is longer than a --once run waits for it (%d s: "
-                        "the longer of our own, %d s, and a third of it, two of a live holder's renewals): unless "
-                        "renewed within that, neither taken nor known to be a live holder's", self.namespace,
-                        self.name, duration, most, self.lease_duration_s)
-        deadline, began = since + most + step, since
-        tries = int((most + step) / step) + 1   # also ends on a clock held still
-        for _ in range(tries):
+        pause, began = self.pause or pause or self._halt.wait, since
+        step, most, deadline, tries = self._watch(since, duration)
+        while tries > 0:   # the count of tries also ends it on a clock held still
+            tries -= 1
             if stopping() or self._halt.is_set():
                 return self.is_leader
             if began >= deadline:
@@ -249,13 +250,27 @@ class LeaseLeaderElector:
             with self._lock:
                 began = self._tick()
                 self._try_acquire_or_renew()
-                if self.is_leader:
-                    return True
-                if self.last_failure is not None or (self._observed, self._observed_at) != (seen, since):
-                    return self.is_leader
+                now_seen = self._observed or ()
+                if self.is_leader or self.last_failure is not None or now_seen[:3] != seen[:3]:
+                    return self.is_leader   # taken, out of reach, renewed (or released, taken by another)
+                if now_seen != seen:   # its leaseDurationSeconds alone edited, no renewal: watched afresh from now
+                    seen, since, duration = now_seen, self._observed_at, self._observed_for
+                    step, most, deadline, tries = self._watch(since, duration)
         with self._lock:
-            self._waited_out = True
+            self._waited_out = duration, most
         return self.is_leader
+
+    def _watch(self, since: float, duration: int) -> tuple[float, int, float, int]:
+        """`await_lease`'s watch of a Lease of `duration` s whose record we saw change at `since`: its pause, how
+        long it watches (the cut logged), the tick from which a try that did not take it ends the wait, and the
+        most tries it makes."""
+        step, most = self._await_step(duration), self._most(duration)
+        if most < duration:
+            log.warning("lease %s/%s: its leaseDurationSeconds %d is longer than a --once run waits for it (%d s: "
+                        "the longer of our own, %d s, and a third of it, two of a live holder's renewals): unless "
+                        "renewed within that, neither taken nor known to be a live holder's", self.namespace,
+                        self.name, duration, most, self.lease_duration_s)
+        return step, most, since + most + step, int((most + step) / step) + 1
 
     def unreachable(self) -> ActuationError | None:
         """Why the last try could not read or write the Lease (`last_failure`: the API unreachable, failing or
@@ -276,15 +291,18 @@ class LeaseLeaderElector:
 
     def outwaited(self) -> tuple[str, int, int] | None:
         """(holder, leaseDurationSeconds, seconds watched) of another identity's Lease that `await_lease` watched
-        unchanged to the end of its wait (`_most`: shorter than the Lease's duration) and so neither took (a crashed
+        unchanged to the end of its wait (`_most`: shorter than the Lease's duration; the figures that wait used,
+        so what is said is what was waited) and so neither took (a crashed
         holder's is taken only once unchanged for its own duration) nor saw renewed (a live holder's); None otherwise
         (held, renewed meanwhile, out of reach, or a wait cut short: SIGTERM, even in its last pause, is a
         standby's, as the docs say)."""
         with self._lock:
-            seen, since, duration = self._observed, self._observed_at, self._observed_for
-            most = self._most(duration)
-            if (not self._waited_out or self.is_leader or self.last_failure is not None or seen is None
-                    or seen[0] in ("", self.identity) or duration <= most or self._tick() - since < most):
+            seen, since, waited = self._observed, self._observed_at, self._waited_out
+            if (waited is None or self.is_leader or self.last_failure is not None or seen is None
+                    or seen[0] in ("", self.identity)):
+                return None
+            duration, most = waited   # the wait's own figures: what it waited is what is said
+            if duration <= most or self._tick() - since < most:
                 return None
         return seen[0], duration, most
 
@@ -348,7 +366,8 @@ class LeaseLeaderElector:
             return self.is_leader
         spec = written.get("spec") or {}
         self._persisted = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
-        self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"))
+        self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"),
+                          spec.get("leaseDurationSeconds"))
         self._observed_at = self._renewed_at = tick
         return True
 
