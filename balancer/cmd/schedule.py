@@ -32,9 +32,11 @@ group, all together or none (balancer/actuate/k8s_gang.py). With `--leader-elect
 the elector's renewer thread keeps the Lease however long a pass runs, and the pass asks it (no I/O) before each pod and
 each binding, stopping once it is lost, so no pod is bound or preempted without a valid Lease (the pods of a pod
 group that pass left unbound are told so by an Event, `SchedulingDeferred`). `--once`: one pass (with
-`--leader-elect`, only as the holder, the Lease released at exit; a Lease another replica holds is watched for up to a
-lease duration: taken over if nobody renews it, a crashed holder's, else a standby), print each pod's node (or that
-none fits), exit.
+`--leader-elect`, only as the holder, the Lease released at exit; a Lease another replica holds is watched for up to
+its lease duration, at most the longer of this run's own (three --interval, at least 15 s) and a third of that
+Lease's (balancer/actuate/k8s_leader.py's `await_lease`): taken over once nobody renewed it for its whole duration
+(a crashed holder's), a standby (exit 0) if renewed meanwhile or SIGTERM ends the wait, given up (exit 3) if the wait
+ends first), print each pod's node (or that none fits), exit.
 However slow the API server, a pass's reads end within 2 minutes and each pod's turn within 1
 (balancer/actuate/k8s_scheduler.py: a pod out of time waits for the next pass). SIGTERM / SIGINT stop the pass
 before its next read, pod or binding (never in the middle of one), then the Lease is released and the process
@@ -42,7 +44,9 @@ exits: within `stop_budget_s` (90 s as deployed; the Deployment's terminationGra
 port serves `gputide_scheduler_*` series and the probes `/healthz` (the scheduler moved, a pass ended or its reads
 or a pod's turn began, within max(5 intervals, 5 min, those deadlines): 5 minutes as deployed) and `/readyz`. Exit
 codes: 0 ok, 2 bad input, 3 `--once` whose pass could not read the Kubernetes API, or, with `--leader-elect`, whose
-Lease could not be read or written (nothing bound; said with the API's error, not as another replica holding it).
+Lease could not be read or written (nothing bound; said with the API's error, not as another replica holding it) or
+which gave up behind another replica's Lease longer than it waits, neither renewed nor taken within the wait (nothing
+bound; said with the --interval that waits for it).
 """
 
 from __future__ import annotations

@@ -4,11 +4,12 @@ Lease) a --once run (a CronJob's, its deadline shorter) waited an hour, and behi
 now lasts at most the longer of the run's own lease duration (three --interval, at least 15 s: the most it would make a
 successor wait) and a third of the Lease's (two renewals of a live gputide holder: cut to its own alone, audit a2, a
 run beside a holder at a 20 min --interval saw no renewal and exited 3 for a healthy holder, see
-test_k8s_once_lease_live_holder.py); a Lease neither renewed nor takeable within it is said so, with the --interval
-that waits for it, exit 3 (nothing done: it cannot tell a live holder from a crashed one), and the cut is logged as the
-wait begins. A holder renewing within the wait still leaves a standby, exit 0, and the --interval the message names
-still takes a crashed holder's Lease. The elector, the clock and the pauses are test_k8s_once_lease_expired.py's (no
-real waiting)."""
+test_k8s_once_lease_live_holder.py): shorter, not short, as a third follows the Lease's duration: 20 min behind the
+3600 s Lease, still a day behind a 24 h holder's (259200 s), longer than many a CronJob's deadline. A Lease neither
+renewed nor takeable within it is said so, with the --interval that waits for it, exit 3 (nothing done: it cannot
+tell a live holder from a crashed one), and the cut is logged as the wait begins. A holder renewing within the wait
+still leaves a standby, exit 0, and the --interval the message names still takes a crashed holder's Lease. The
+elector, the clock and the pauses are test_k8s_once_lease_expired.py's (no real waiting)."""
 
 from __future__ import annotations
 
