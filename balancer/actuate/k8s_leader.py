@@ -256,6 +256,8 @@ class LeaseLeaderElector:
                 if now_seen != seen:   # its leaseDurationSeconds alone edited, no renewal: watched afresh from now
                     seen, since, duration = now_seen, self._observed_at, self._observed_for
                     step, most, deadline, tries = self._watch(since, duration)
+        if stopping() or self._halt.is_set():   # in the last try's calls: cut short, not waited out (a standby)
+            return self.is_leader
         with self._lock:
             self._waited_out = duration, most
         return self.is_leader
