@@ -187,7 +187,10 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
         raise InputError(path, column, cell(raw, row), ISO_OR_EPOCH, detail=f"row {row + 2}")
     numeric = pd.to_numeric(raw, errors="coerce")
     allowed = ISO_OR_EPOCH
-    if numeric.notna().all() or pd.api.types.is_numeric_dtype(raw):   # epoch seconds, an empty cell NaN
+    # epoch seconds when every cell given is a number, an empty cell aside (NaN, refused below): asking every cell
+    # to be one sent a column with an empty cell and an epoch past 64 bits (pandas then types it as objects) to
+    # ISO-8601, whose refusal blamed its first, valid, time (audit a9)
+    if numeric.notna().sum() == raw.notna().sum() or pd.api.types.is_numeric_dtype(raw):
         index = _epoch_seconds(raw, numeric, path, column)
     else:
         try:
