@@ -174,7 +174,8 @@ class LeaseLeaderElector:
             return self.is_leader
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        # the whole record, as client-go compares it: an edit of leaseDurationSeconds alone restarts the count too
+        # holder, renewTime, transitions and leaseDurationSeconds compared (client-go's record adds acquireTime, which
+        # no write changes alone): an edit of leaseDurationSeconds alone restarts the count too
         record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"), spec.get("leaseDurationSeconds"))
         if record != self._observed:   # when WE saw it change, on our clock: the holder's renewTime is not trusted
             self._observed, self._observed_at = record, tick
@@ -210,7 +211,8 @@ class LeaseLeaderElector:
         (the holder renewed: a live holder does within its renew deadline, so a healthy standby leaves within about
         a lease duration; an edit of its leaseDurationSeconds alone is no renewal, a holder's write dates renewTime:
         it restarts the watch, from when we saw it, judged by the new duration, as it restarts the takeover rule's
-        count: client-go compares the whole record), a try cannot reach the Lease or finds it written meanwhile
+        count: holder, renewTime, transitions and leaseDurationSeconds are compared; client-go's record adds
+        acquireTime, which no write changes alone), a try cannot reach the Lease or finds it written meanwhile
         (`last_failure`; `unreachable()` tells the two apart for the caller), `stopping()` (SIGTERM) or `release()`,
         or once a try that began a lease duration and a pause after we last saw the record change did not take it.
         A single try never takes such a Lease: the holder's renewTime is on its clock, not ours, so a --once run (a

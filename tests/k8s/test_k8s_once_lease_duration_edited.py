@@ -4,8 +4,9 @@ restarted the takeover rule's count nor the wait, whose end was fixed from the d
 `outwaited()` judged from the latest: 120 s patched to 3600 s ended the wait as a 120 s Lease's (run: 105 s) and
 left a standby, exit 0 (the Lease neither taken nor renewed: the docs say exit 3); 3600 s patched to 1500 s waited
 1215 s (run) and said it waits 500 s; 3600 s patched to 15 s was taken at the next try, 15 s not yet passed since
-the edit. As client-go compares the whole record, the duration is part of it: an edit that changes it alone (no
-renewal: a holder's write always dates renewTime) restarts the watch, judged by the duration it sets. The elector,
+the edit. The duration is now part of the record compared (holder, renewTime, transitions and leaseDurationSeconds;
+not acquireTime): an edit that changes it alone (no renewal: a holder's write always dates renewTime) restarts the
+watch, judged by the duration it sets. The elector,
 the clock and the pauses are test_k8s_once_lease_expired.py's (no real waiting)."""
 
 from __future__ import annotations
