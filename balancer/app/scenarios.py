@@ -136,24 +136,34 @@ def hotspot_fleet() -> fleet_mod.Fleet:
 def demand_from_trace(path: str, peak: float, fmt: str = "csv",
                       step_s: float | None = None) -> Callable[[float], float]:
     """A demand curve from a trace (`fmt`: csv, servegen or requests), scaled so its maximum is `peak`, repeated
-    over its span. A trace whose own step is under 1s, which the loader refuses to read as it is, is averaged onto
-    `step_s` (the simulator's step) as `forecast backtest --step` resamples a trace: before, simulate's --step never
-    reached the loader, and such a trace had no way in (exit 2, the message pointing at that --step)."""
+    over its span. One rule with `step_s` (the simulator's step): a trace loaded at a step finer than `step_s` is
+    loaded again at `step_s`, its steps averaged (a requests log's requests counted per `step_s`) as `forecast
+    backtest --step` resamples a trace; sampled once a step instead, a trace alternating 10 and 14 each second
+    played 10 throughout at a 60 s step (12 at 0.5 s, which the loader refuses to read as it is and the rule
+    averaged). Without `step_s` a trace is played at its own step and one under 1s is refused (exit 2)."""
     from balancer.forecast.traces import OwnStepTooFine, load_demand
 
+    fmt = fmt or "csv"
     try:
-        y = load_demand(path, fmt or "csv")
+        y = load_demand(path, fmt)
     except OwnStepTooFine:
         if step_s is None:
             raise
-        y = load_demand(path, fmt or "csv", step=repr(float(step_s)))
+        y = None
+    if step_s is not None and (y is None or _step_of(y) < step_s):
+        y = load_demand(path, fmt, step=repr(float(step_s)))
     values = y.interpolate(limit_direction="both").to_numpy(dtype=float)
     if values.size == 0 or not np.isfinite(values).any() or np.nanmax(values) <= 0:
         raise InputError(path, "value", "no positive demand", "a trace with positive demand values")
     values = np.nan_to_num(values) * (peak / float(np.nanmax(values)))
-    step = float(y.index[1].timestamp() - y.index[0].timestamp()) if len(y) > 1 else 60.0
+    step = _step_of(y)
     span = step * len(values)
     return lambda t: float(values[int((t % span) // step)])
+
+
+def _step_of(y: Any) -> float:
+    """The step a loaded trace is at (its own without a step: `own_step_s`; a requests log's 1 min)."""
+    return float(y.index[1].timestamp() - y.index[0].timestamp()) if len(y) > 1 else 60.0
 
 
 def _hotspot_setup(sim: SimCluster, *, days: float, seed: int, trace: str | None = None,
