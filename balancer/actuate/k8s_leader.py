@@ -124,15 +124,28 @@ class LeaseLeaderElector:
 
     def start(self, thread: bool = True) -> None:
         """Acquire or renew now, then every `retry_period_s` from a daemon thread until `release()`. `thread=False`:
-        the caller calls `renew()` itself (tests and simulations, on their own clock)."""
+        the caller calls `renew()` itself (tests and simulations, on their own clock). Already leading (a `--once`
+        run's try or wait just wrote the Lease), it does not write it again now: the thread's first renewal comes a
+        retry period after that write, as if it had been the renewer's (`schedule --once` read and wrote the Lease
+        twice in a row)."""
         self._background = True
-        self.renew()
+        with self._lock:
+            renewed = self._renewed_at
+            since = self._tick() - renewed if renewed is not None and self.is_leader else None
+            if since is None:
+                self.renew()
+            else:
+                self._note_change()
         if thread:
-            threading.Thread(target=self._renew_until_released, name=f"lease-{self.name}", daemon=True).start()
+            first = self.retry_period_s if since is None else max(0.0, self.retry_period_s - since)
+            threading.Thread(target=self._renew_until_released, args=(first,), name=f"lease-{self.name}",
+                             daemon=True).start()
 
-    def _renew_until_released(self) -> None:
-        while not self._halt.wait(self.retry_period_s):
+    def _renew_until_released(self, first: float) -> None:
+        wait = first
+        while not self._halt.wait(wait):
             self.renew()
+            wait = self.retry_period_s
 
     def renew(self) -> bool:
         """One try of the renewer: acquire or renew unless released; never raises (the thread must not die)."""
@@ -144,12 +157,16 @@ class LeaseLeaderElector:
             except Exception:
                 log.exception("lease %s/%s: renewal failed", self.namespace, self.name)
                 won = False
-            if self.is_leader != self._was_leader:
-                self._was_leader = self.is_leader
-                log.log(logging.INFO if self._was_leader else logging.WARNING, "lease %s/%s: %s %s", self.namespace,
-                        self.name, self.identity, "leads" if self._was_leader else
-                        "lost it (no renewal within the renew deadline, or another holder): it stops acting")
+            self._note_change()
             return won and self.is_leader
+
+    def _note_change(self) -> None:
+        """Log once each change of the renewer's view (leading, or lost it)."""
+        if self.is_leader != self._was_leader:
+            self._was_leader = self.is_leader
+            log.log(logging.INFO if self._was_leader else logging.WARNING, "lease %s/%s: %s %s", self.namespace,
+                    self.name, self.identity, "leads" if self._was_leader else
+                    "lost it (no renewal within the renew deadline, or another holder): it stops acting")
 
     def try_acquire_or_renew(self) -> bool:
         with self._lock:
