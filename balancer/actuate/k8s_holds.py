@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from balancer.actuate.k8s_filters import EVICTED, LEFT, Offers, port_refusal, reservation_key, rule_refusal
@@ -52,6 +52,7 @@ from balancer.actuate.k8s_preempt import (
     makes_room,
     mig_asked,
     model_allows,
+    past_grace,
     room_coming,
 )
 from balancer.actuate.k8s_reads import Usage
@@ -61,6 +62,8 @@ from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+# what may hold a pod whose room is not coming there (`Holds._not_coming_said`)
+_NOT_COMING_HINTS = {"stuck": ": a finalizer, or a kubelet that hangs?", "back": " (a DaemonSet's or a static pod's)"}
 
 
 class Holds:
@@ -224,16 +227,16 @@ class Holds:
     def resume(self, req: Json, view: list[Json], offers: Offers) -> str:
         """For a pod that holds a node already: carry on its preemption there (`Preemptor.resume`: evict the victims
         left, keep the node held while the evicted ones terminate, past the hour while they are stuck there:
-        `k8s_stuck`), " preemption: ..." saying so; "" when its reservation names no victim (a starving pod's, or
-        its victims all gone). Unless the victims it names no longer make room for it there (`makes_room`), a pod it
-        only waits for is stuck past its grace (`_judged`), or victims are left to evict on a node that no
-        longer admits the pod (`_refusal`): then none is evicted and the node is given back instead (`_room_taken`).
-        With all evicted, such a node stays held up to its cap while they terminate (`k8s_stuck`). Rooms and stuck
-        pods are judged on one reading of the clock (`now`: `_judged`, `_leaving`), the node's pods walked once for
-        what is running, coming and stuck: each pod's room was judged on a reading of its own, and those stuck on yet
-        another, so a grace ending between two readings had a pod coming in one judgment and stuck in the next. What
-        follows reads the clock again for its own ends: the victims kept past the hour (`stuck_victims`, each read
-        from the API server), the hold written again (`Preemptor.resume`) and its Event (`tell_stuck`)."""
+        `k8s_stuck`), " preemption: ..." saying so; "" when its reservation names no victim (a starving pod's, or its
+        victims all gone). Unless the victims it names no longer make room for it there (`makes_room`), a pod it only
+        waits for is stuck past its grace or its room is not coming otherwise (`_judged`), or victims are left to evict
+        on a node that no longer admits the pod (`_refusal`): then none is evicted and the node is given back instead
+        (`_room_taken`). With all evicted, such a node stays held up to its cap while they terminate (`k8s_stuck`).
+        Rooms and stuck pods are judged on one reading of the clock (`now`: `_judged`, `_leaving`), the node's pods
+        walked once for what is running, coming and stuck: each pod's room was judged on a reading of its own, and those
+        stuck on yet another, so a grace ending between two readings had a pod coming in one judgment and stuck in the
+        next. What follows reads the clock again for its own ends: the victims kept past the hour (`stuck_victims`, each
+        read from the API server), the hold written again (`Preemptor.resume`) and its Event (`tell_stuck`)."""
         key = req["name"]
         i = next((j for j in offers.reserving if any((view[j]["reservations"].get(key) or {}).get(f)
                                                      for f in (LEFT, EVICTED))), None)
@@ -243,20 +246,21 @@ class Holds:
         now = self.preemptor.clock()
         # whose room is coming: not a pod made again under its name, nor one stuck past its grace (asked only of
         # the pods it waits for, `AWAITED`: `Preemptor.resume`)
-        running, going, stuck_awaited = self._judged(bound.get(node, ()), entry, now)
+        running, going, not_coming = self._judged(bound.get(node, ()), entry, now)
         left = sorted(set(entry.get(LEFT, ())) & running)
         leaving = self._leaving(view[i], now)
-        # any pod it only waits for stuck past its grace gives the hold back, not only one without which the GPUs,
-        # CPU and memory fall short (`makes_room`): `choose` weighs extended resources and pod slots too, so a hold
-        # dropping it went on waiting (up to the hour) for a device it alone frees. Planned afresh, the pod waits
+        # any pod it only waits for whose room is not coming (stuck past its grace, made again there, its grace
+        # ending after the hour) gives the hold back, not only one without which the GPUs, CPU and memory fall
+        # short (`makes_room`): `choose` weighs extended resources and pod slots too, so a hold dropping it went
+        # on waiting (up to the hour) for a device it alone frees. Planned afresh, the pod waits
         # there again where the rest suffice: no flapping, as `plan` counts as room only the pods `room_coming`
         # says are coming (the same test), so the new hold never waits for the stuck pod
-        if stuck_awaited or not makes_room(view[i], req, leaving):   # those evicted already are not spared
+        if not_coming or not makes_room(view[i], req, leaving):   # those evicted already are not spared
             # else others took the room besides (one it waits for, stuck, is counted once: another hold's victim too
             # is among `leaving`)
-            stalled = makes_room(view[i], req, [*leaving, *(u for u in stuck_awaited if u not in leaving)])
-            return self._room_taken(req, i, view, offers, left,
-                                    stuck=[u.key for u in stuck_awaited] if stalled else ())
+            stalled = makes_room(view[i], req, [*leaving, *(u for u in not_coming if u not in leaving)])
+            why = {u.key: self._not_coming(u, now) for u in not_coming} if stalled else {}
+            return self._room_taken(req, i, view, offers, left, not_coming=why)
         refusal = self._refusal(req, i, view, offers)
         if refusal is not None and left:   # cordoned, tainted, relabelled since: no one is evicted for nothing
             if self._only_hot(req, view[i]):   # the controller's taint, lapsing on its own: the room is kept
@@ -286,31 +290,55 @@ class Holds:
         return f" preemption: {did}{self._left_said(node, done)}."
 
     def _room_taken(self, req: Json, i: int, view: list[Json], offers: Offers, victims: list[str],
-                    refusal: str | None = None, stuck: Collection[str] = ()) -> str:
-        """`req`'s victims on node i no longer make room for it there (`resume`): others took the room its
-        evictions made, or hold it (a more important pod bound there, its hold not being held against it, or
-        holding it; a pod someone else bound there); or a pod it only waited for is `stuck` past its grace
-        (`_judged`: said so, not "others took" it); or, with victims left to evict, the node no longer admits it
-        (`refusal`: cordoned, tainted, relabelled since its preemption began; kube-scheduler too lets a pod whose
-        nominated node became unresolvable preempt elsewhere). None of the `victims` (those left to evict, still
-        there) is evicted (killed for room it would not get), the node is given back and its nomination cleared:
-        it plans afresh at the next pass (elsewhere, or there with other victims). Nothing once `halted()`; a
-        write that fails is logged, and the next pass asks again."""
+                    refusal: str | None = None, not_coming: Mapping[str, str] | None = None) -> str:
+        """`req`'s victims on node i no longer make room for it there (`resume`): others took the room its evictions
+        made, or hold it (a more important pod bound there, its hold not being held against it, or holding it; a pod
+        someone else bound there); or the room of a pod it only waited for is not coming (`not_coming`: key -> why,
+        `_judged`, `_not_coming`: said so, not "others took" it); or, with victims left to evict, the node no longer
+        admits it (`refusal`: cordoned, tainted, relabelled since its preemption began; kube-scheduler too lets a pod
+        whose nominated node became unresolvable preempt elsewhere). None of the `victims` (those left to evict, still
+        there) is evicted (killed for room it would not get), the node is given back and its nomination cleared: it
+        plans afresh at the next pass (elsewhere, or there with other victims). Nothing once `halted()`; a write that
+        fails is logged, and the next pass asks again."""
         key, node = req["name"], view[i]["name"]
         if self.preemptor.halted():
             return ""
-        stalled = stuck and (f"{', '.join(sorted(stuck))}, waited for, {'is' if len(stuck) == 1 else 'are'} "
-                                f"stuck terminating past {'its' if len(stuck) == 1 else 'their'} grace")
+        stalled = self._not_coming_said(not_coming or {})
         why = (f"no longer admits it ({refusal})" if refusal else f"no longer makes room for it ({stalled})"
                if stalled else "no longer makes room for it (taken meanwhile)")
         log.info("scheduler %s: %s: %s %s: %s not evicted, the node given back", self.scheduler_name, key, node, why,
                  ", ".join(victims) or "no victim")
         said = (f" preemption: {node} no longer admits it ({refusal})" if refusal else
-                f" preemption: the room it waits for on {node} is not coming ({stalled}: a finalizer, or a "
-                "kubelet that hangs?)" if stalled else
+                f" preemption: the room it waits for on {node} is not coming ({stalled})" if stalled else
                 f" preemption: its victims no longer make room for it on {node} (others took or hold the room its "
                 "evictions made)") + (f": {', '.join(victims)} not evicted" if victims else "")
         return said + self._give_back(req, i, view, offers)
+
+    @staticmethod
+    def _not_coming(pod: Usage, now: float) -> str:
+        """Why the room of `pod`, a pod a hold only waits for (`AWAITED`) still there terminating, is not coming at
+        `now` (`room_coming` says it is not), as `_not_coming_said` groups it: "stuck" past its grace
+        (`past_grace`: a finalizer, a kubelet that hangs), made again on its node ("back": a DaemonSet's, a static
+        pod's mirror, `Usage.comes_back`), or its grace ending after the hour a hold lasts ("late": its owner
+        deleted it with a long grace, after the eviction of a victim found it terminating). All were said stuck
+        past their grace, a minute into a grace of two hours."""
+        return "stuck" if past_grace(pod.deleting or None, now) else "back" if pod.comes_back else "late"
+
+    @staticmethod
+    def _not_coming_said(why: Mapping[str, str]) -> str:
+        """The pods a hold waited for whose room is not coming (`why`: key -> `_not_coming`), as words grouped by
+        why ("" when none): "X, waited for, is stuck terminating past its grace: a finalizer, or a kubelet that
+        hangs?", "Y, waited for, is made again on its node (...)", "Z, waited for: its grace ends after the hour a
+        hold lasts"."""
+        said = []
+        for reason, one, many in (
+                ("stuck", "is stuck terminating past its grace", "are stuck terminating past their grace"),
+                ("back", "is made again on its node", "are made again on their node"),
+                ("late", "its grace ends after the hour a hold lasts", "their graces end after the hour a hold lasts")):
+            if keys := sorted(k for k, r in why.items() if r == reason):
+                said.append(f"{', '.join(keys)}, waited for{':' if reason == 'late' else ','} "
+                            f"{one if len(keys) == 1 else many}{_NOT_COMING_HINTS.get(reason, '')}")
+        return "; ".join(said)
 
     def _give_back(self, req: Json, i: int, view: list[Json], offers: Offers) -> str:
         """`req`'s hold on node i given back (`_room_taken`; `resume`: a victim whose evictions go unanswered,
@@ -566,7 +594,8 @@ class Holds:
         """Of `on_node`, the pods bound on the node a preemption's hold `entry` holds, judged in one walk at `now`:
         the keys of those running there, of those whose room is coming (`room_coming`), and the pods the hold only
         waits for (`AWAITED`) that are still there, terminating, their room no longer coming (stuck past their
-        grace): the hold is given back (`resume`). Only those stuck while their GPUs, CPU and memory were short gave
+        grace, made again on the node, or their grace ending after the hour a hold lasts: `_not_coming` says which):
+        the hold is given back (`resume`). Only those stuck while their GPUs, CPU and memory were short gave
         it back: one freeing an RDMA device the pod needs (which `makes_room` does not weigh) was dropped from the
         hold, the pod waiting for the rest (up to the hour) for a device that never came, where it would have
         evicted a pod holding one elsewhere at once."""

@@ -33,11 +33,12 @@ finalizer no one removes, a kubelet that hangs), and the pod plans as though it 
 a more important pod to its node for ever, which before preempted elsewhere); nor while its grace ends beyond the
 hour a hold lasts (`MAX_HOLD_S`: its owner deleted it with a grace of a day, and the pod waited all day, its hold
 lapsing and made again every hour); nor is the room of a pod made again on its node (a DaemonSet's, a static pod's
-mirror: `Usage.comes_back`) coming. A hold that only waits for a pod is given back once that pod is stuck past its
-grace (`k8s_holds`), and the pod plans afresh; a victim evicted for the pod, stuck, keeps its hold past the hour
-(`k8s_stuck`: it was killed for that node). A node labelled with the per-node emergency stop stays a candidate for
-the room of its terminating pods alone (none of its pods a victim there: where that room does not suffice, it is
-no candidate).
+mirror: `Usage.comes_back`) coming. A hold that only waits for a pod is given back once that pod's room is not
+coming (`k8s_holds`: stuck past its grace, or, a victim its eviction found its owner deleting, made again there or
+its grace ending after the hour), said why, and the pod plans afresh; a victim evicted for the pod, stuck, keeps
+its hold past the hour (`k8s_stuck`: it was killed for that node). A node labelled with the per-node emergency stop
+stays a candidate for the room of its terminating pods alone (none of its pods a victim there: where that room does
+not suffice, it is no candidate).
 
 Then: reserve the node's GPUs, CPU, memory, host ports and extended resources for the pod, the reservation naming
 every victim still to evict (`victims`) before the first is evicted; evict each victim (read first, for its grace
