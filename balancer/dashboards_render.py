@@ -18,9 +18,10 @@ too, where Grafana puts them when the row is opened), one PNG per dashboard:
   in an inline copy Grafana does not draw from): a placeholder saying so, counted in `RenderReport.library_panels`,
   not as a panel without data;
 - a panel of a type that never queries (text, news, dashboard or alert list, ...: `QUERYLESS_PANELS`), or a
-  plugin's panel without targets (a clock): its title and a note, no data to miss (not a panel without data); a
-  built-in query panel (`QUERY_PANELS`: graph, stat, table, ...) without queries, or any panel whose every query is
-  hidden, is "No data", as Grafana shows it, and counted.
+  plugin's panel without a query Grafana runs (a clock, with no targets or only leftover empty or hidden ones): its
+  title and a note, no data to miss (not a panel without data); a built-in query panel (`QUERY_PANELS`: graph, stat,
+  table, ...) without a query Grafana runs (none left, or every one hidden or without an expression) is "No data",
+  as Grafana shows it, and counted.
 
 The drawing itself is `balancer.dashboards_draw`.
 
@@ -164,7 +165,8 @@ class _Each:
 
 # What the renderer reads of a dashboard, and nothing more (not Grafana's schema): a key left out takes the
 # renderer's default; a key there must be of its kind, else a TypeError or KeyError deep in the drawing.
-_TARGET = {"expr": _Need(str), "legendFormat": str, "hide": (bool, type(None))}   # null: not hidden, as in Grafana
+# A target without `expr` (a leftover {"refId": "A"}, a server-side expression) is one Grafana does not run (`queries`).
+_TARGET = {"expr": str, "legendFormat": str, "hide": (bool, type(None))}   # hide null: not hidden, as in Grafana
 _PANEL = {
     "type": _Need(str), "title": str, "targets": [_TARGET],
     "gridPos": _Need({"x": _Need(int), "y": _Need(int), "w": _Need(int), "h": _Need(int)}),
@@ -236,8 +238,8 @@ def _check(value: object, spec: object, where: str) -> None:
 QUERYLESS_PANELS = frozenset({"text", "news", "dashlist", "alertlist", "annolist", "alertGroups", "pluginlist",
                               "gettingstarted", "welcome", "live"})
 # Grafana's built-in panels that draw their queries' results: without queries (lost, all removed) Grafana shows one
-# as "No data". A panel of a type in neither set is a plugin's, which may never query (grafana-clock-panel): without
-# targets it is taken for one that does not, with targets for one that does (`shows_data`).
+# as "No data". A panel of a type in neither set is a plugin's, which may never query (grafana-clock-panel): without a
+# query Grafana runs (`queries`) it is taken for one that does not, with one for one that does (`shows_data`).
 QUERY_PANELS = frozenset({"timeseries", "graph", "stat", "singlestat", "gauge", "bargauge", "table", "table-old",
                           "heatmap", "barchart", "piechart", "histogram", "state-timeline", "status-history",
                           "xychart", "trend", "candlestick", "geomap", "nodeGraph", "logs", "traces", "flamegraph",
@@ -254,22 +256,23 @@ def is_library_panel(panel: dict) -> bool:
 def shows_data(panel: dict) -> bool:
     """A panel Grafana draws from its queries' results: its queries are run and, should they return nothing, it is
     "No data" and counted (`RenderReport.empty_panels`, --require-data). A built-in query panel (`QUERY_PANELS`) is,
-    with queries or without; a plugin's panel only with `targets` (without, it is taken for one that never queries, a
-    clock). Not a library panel reference (its queries are in Grafana's library) nor a panel of a type that never
-    queries (`QUERYLESS_PANELS`, a text panel). `panel` checked by `_check_panel`."""
+    with queries or without; a plugin's panel only with a query Grafana runs (`queries`; without, it is taken for one
+    that never queries, a clock, whatever empty or hidden targets it kept). Not a library panel reference (its queries
+    are in Grafana's library) nor a panel of a type that never queries (`QUERYLESS_PANELS`, a text panel). `panel`
+    checked by `_check_panel`."""
     if is_library_panel(panel) or panel["type"] in QUERYLESS_PANELS:
         return False
-    return panel["type"] in QUERY_PANELS or bool(panel.get("targets"))
+    return panel["type"] in QUERY_PANELS or bool(queries(panel))
 
 
 def queries(panel: dict) -> list[dict]:
     """The queries of `panel` Grafana runs: its `targets` but those hidden (`hide: true`, the eye switched off in the
-    query editor) and those without an expression, which Grafana's Prometheus data source leaves out (its
-    filterQuery); the others' results are drawn. A panel whose every query is hidden is left with none, so it is drawn
-    "No data" and counted under --require-data, as one whose queries were lost is (`shows_data`): Grafana shows it
-    blank, asking Prometheus nothing, and a dashboard whose viewers see a blank panel is what --require-data is there
-    to catch, however the panel came to ask nothing."""
-    return [t for t in panel.get("targets", []) if not t.get("hide") and t["expr"]]
+    query editor) and those without an expression, empty or missing, which Grafana's Prometheus data source leaves out
+    (its filterQuery, `!query.expr`); the others' results are drawn. A panel whose every query is hidden is left with
+    none: a built-in query panel so left is drawn "No data" and counted under --require-data, as one whose queries
+    were lost is (`shows_data`): Grafana shows it blank, asking Prometheus nothing, and a dashboard whose viewers see
+    a blank panel is what --require-data is there to catch, however the panel came to ask nothing."""
+    return [t for t in panel.get("targets", []) if not t.get("hide") and t.get("expr")]
 
 
 def _check_panel(panel: object, where: str, in_row: bool = False) -> None:
@@ -421,6 +424,21 @@ def legend(fmt: str, labels: dict[str, str]) -> str:
     return text or legend("__auto", labels)
 
 
+@dataclass(frozen=True)
+class PanelAnswer:
+    """What a panel's queries answered (`_Renderer.answer`): the series it draws and, when there are none, why none
+    are expected here (`_Renderer.absent_hardware`), else None."""
+
+    data: list[tuple[str, Series]]
+    why: str | None = None
+
+    @property
+    def counted_empty(self) -> bool:
+        """Without data and not for want of hardware: "No data", counted (`RenderReport.empty_panels`, failing
+        --require-data); one without data for want of hardware is listed apart (`RenderReport.not_applicable`)."""
+        return not self.data and self.why is None
+
+
 class _Renderer:
     def __init__(self, client: PromClient, start: float, end: float, step: int) -> None:
         self.client, self.start, self.end, self.step = client, start, end, step
@@ -445,6 +463,12 @@ class _Renderer:
         if not exprs or not all(HARDWARE_SERIES in e for e in exprs):
             return None
         return None if self.run({}, HARDWARE_PRESENT, {}) else "no MIG GPU in this Prometheus"
+
+    def answer(self, panel: dict, variables: dict[str, str]) -> PanelAnswer:
+        """`panel`'s series (`panel_data`) and, without any, why (`absent_hardware`): how the PNG draws it and the
+        report counts it, and how a test waiting for data judges it."""
+        data = self.panel_data(panel, variables)
+        return PanelAnswer(data, None if data else self.absent_hardware(panel))
 
 
 HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile:info)"
@@ -490,14 +514,14 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
     variables, annotations = context
     ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
-    data = renderer.panel_data(panel, variables)
+    answer = renderer.answer(panel, variables)
+    data = answer.data
     report.series[name][panel.get("title", "")] = len(data)
     if not data:
-        why = renderer.absent_hardware(panel)
-        (report.not_applicable.setdefault(name, []) if why else report.empty_panels[name]).append(
+        (report.empty_panels[name] if answer.counted_empty else report.not_applicable.setdefault(name, [])).append(
             panel.get("title", ""))
         ax.axis("off")
-        ax.text(0.5, 0.5, f"No data ({why})" if why else "No data", ha="center", va="center",
+        ax.text(0.5, 0.5, f"No data ({answer.why})" if answer.why else "No data", ha="center", va="center",
                 transform=ax.transAxes, color="grey")
         return
     matrix = next((t.get("options") for t in panel.get("transformations", []) if t["id"] == "groupingToMatrix"),

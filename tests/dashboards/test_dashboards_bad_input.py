@@ -56,8 +56,6 @@ def test_a_json_object_that_is_not_a_dashboard_is_refused_naming_file_field_valu
                  "an integer", id="a fractional height"),
     pytest.param({"title": "t", "panels": [STAT | {"title": 7}]}, "panels[0].title", "7", "a string",
                  id="a panel title not a string"),
-    pytest.param({"title": "t", "panels": [STAT | {"targets": [{"legendFormat": "{{gpu}}"}]}]},
-                 "panels[0].targets[0].expr", "None", "a string (missing)", id="a query without its expression"),
     pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": "true"}]}]},
                  "panels[0].targets[0].hide", "'true'", "true or false or null", id="a query hidden by a string"),
     pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": 1}]}]},
@@ -293,11 +291,18 @@ def test_a_query_panel_without_queries_is_a_panel_without_data(tmp_path, capsys,
     assert report.empty_panels == {"board": ["Lost"]} and report.series == {"board": {"GPUs": len(GPUS), "Lost": 0}}
 
 
-@pytest.mark.parametrize("targets", [{"targets": []}, {}], ids=["targets empty", "no targets key"])
+@pytest.mark.parametrize("targets", [
+    pytest.param({"targets": []}, id="targets empty"),
+    pytest.param({}, id="no targets key"),
+    pytest.param({"targets": [{"refId": "A", "expr": ""}]}, id="a leftover empty query"),
+    pytest.param({"targets": [{"refId": "A"}]}, id="a leftover query without expr"),
+    pytest.param({"targets": [{"refId": "A", "expr": "gpu:clock_left", "hide": True}]}, id="a leftover hidden query"),
+])
 def test_a_plugin_panel_without_targets_is_not_a_panel_without_data(tmp_path, capsys, targets):
     """A plugin's panel that never queries (grafana-clock-panel) is not in QUERYLESS_PANELS, Grafana's own: it was
-    "No data", counted, and --require-data exited 1 for a dashboard whose every query had data (audit a7). A plugin's
-    panel with targets is queried and counted as before."""
+    "No data", counted, and --require-data exited 1 for a dashboard whose every query had data (audit a7); so was one
+    that kept an empty or hidden target Grafana does not run, and one whose target has no `expr` was refused, exit 2
+    (review r3). A plugin's panel with a query Grafana runs is queried and counted as before."""
     from test_dashboards_render import GPUS
 
     clock = {"type": "grafana-clock-panel", "title": "Clock", "gridPos": GRID | {"x": 12}} | targets
@@ -305,8 +310,28 @@ def test_a_plugin_panel_without_targets_is_not_a_panel_without_data(tmp_path, ca
                 "targets": [{"expr": "gpu:temp"}]}
     _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, clock, polystat])
     report, queries = _rendered(tmp_path)
-    assert queries.count("gpu:temp") == 2
+    assert queries.count("gpu:temp") == 2 and "gpu:clock_left" not in queries
     assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS), "Hex": len(GPUS)}}
+
+
+@pytest.mark.parametrize("target", [
+    pytest.param({"legendFormat": "{{gpu}}"}, id="a query without its expression"),
+    pytest.param({"refId": "B", "hide": True}, id="a hidden query without its expression"),
+    pytest.param({"refId": "C", "datasource": {"type": "__expr__", "uid": "__expr__"}, "type": "math",
+                  "expression": "$A * 2"}, id="a server-side expression"),
+])
+def test_a_query_without_its_expression_is_not_run_nor_refused(tmp_path, capsys, target):
+    """Grafana's Prometheus data source leaves out a target without `expr` (its filterQuery, `!query.expr`): a
+    leftover {"refId": "B"}, a server-side expression (math, reduce: `expression`, no `expr`). The dashboard was
+    refused for its missing `expr`, exit 2 (review r3); the panel is drawn from its other queries, that one not run,
+    and a text panel keeping such a target is drawn as any text panel."""
+    from test_dashboards_render import GPUS
+
+    text = {"type": "text", "title": "Read me", "gridPos": GRID | {"x": 12}, "targets": [{"refId": "A"}]}
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"refId": "A", "expr": "gpu:temp"}, target]}, text])
+    report, queries = _rendered(tmp_path)
+    assert [q for q in queries if q is not None] == ["gpu:temp"]
+    assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
 
 
 def test_a_query_with_hide_null_is_not_hidden(tmp_path, capsys):
@@ -328,9 +353,9 @@ def _collapsed(y: int, *panels: dict) -> dict:
     pytest.param({"title": "t", "panels": [STAT, _collapsed(8, {"type": "stat", "title": "hidden"})]},
                  "panels[1].panels[0].gridPos", "None", "an object with x, y, w, h (missing)",
                  id="a panel off the grid inside a collapsed row"),
-    pytest.param({"title": "t", "panels": [_collapsed(0, STAT | {"targets": [{"legendFormat": "x"}]})]},
-                 "panels[0].panels[0].targets[0].expr", "None", "a string (missing)",
-                 id="a query without its expression inside a collapsed row"),
+    pytest.param({"title": "t", "panels": [_collapsed(0, STAT | {"targets": [{"expr": 5, "legendFormat": "x"}]})]},
+                 "panels[0].panels[0].targets[0].expr", "5", "a string",
+                 id="a query whose expression is not a string inside a collapsed row"),
     pytest.param({"title": "t", "panels": [_collapsed(0, _collapsed(1, STAT))]}, "panels[0].panels[0].type",
                  "'row'", "a panel other than a row (a collapsed row holds panels, not rows)", id="a row in a row"),
     pytest.param({"title": "t", "panels": [{k: v for k, v in _collapsed(0, STAT).items() if k != "gridPos"}]},

@@ -188,8 +188,8 @@ def _schedule(scheduler, metrics, stop: threading.Event) -> None:
 
 def _empty_panels(url: str, uids: list[str]) -> list[str]:
     """The panels of the dashboards `uids` with no data over the last two minutes, as `_render` would count them
-    (the panels `_shown`, each queried as the renderer does; a panel of hardware this Prometheus lacks is not empty),
-    without drawing."""
+    (the panels `_shown`, each answered and judged as the renderer does, `PanelAnswer.counted_empty`: a panel of
+    hardware this Prometheus lacks is not empty), without drawing."""
     client, end = dr.PromClient(url), time.time()
     renderer = dr._Renderer(client, end - 120, end, 2)
     empty = []
@@ -197,7 +197,7 @@ def _empty_panels(url: str, uids: list[str]) -> list[str]:
         if dashboard.get("uid") in uids:
             variables = dr.resolve_variables(dashboard, client)
             empty += [f"{name}: {p.get('title', '')}" for p in _shown(dashboard)
-                      if not renderer.panel_data(p, variables) and renderer.absent_hardware(p) is None]
+                      if renderer.answer(p, variables).counted_empty]
     return empty
 
 

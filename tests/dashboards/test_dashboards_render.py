@@ -348,12 +348,13 @@ def test_no_panel_draws_into_another_panel(monkeypatch, tmp_path):
 
 def test_hidden_queries_are_not_run_and_a_panel_with_every_query_hidden_is_without_data(tmp_path, capsys):
     """Grafana runs neither a query hidden in the editor (`hide: true`) nor one without an expression: both were sent
-    to Prometheus, a hidden query's series drawn and counted. A panel whose every query is hidden is blank in Grafana:
-    "No data", counted under --require-data (audit s39)."""
+    to Prometheus, a hidden query's series drawn and counted (audit s39); a target without `expr` at all (a leftover
+    refId, a server-side expression) had the dashboard refused, exit 2 (review r3). A panel whose every query is
+    hidden is blank in Grafana: "No data", counted under --require-data (audit s39)."""
     grid = {"x": 0, "y": 0, "w": 12, "h": 8}
     panels = [{"type": "timeseries", "title": "Temperature", "gridPos": grid,
                "targets": [{"expr": "gpu:temp", "hide": False}, {"expr": "gpu:hidden_helper", "hide": True},
-                           {"expr": ""}]},
+                           {"expr": ""}, {"refId": "D"}, {"refId": "E", "type": "math", "expression": "$A / 2"}]},
               {"type": "stat", "title": "All hidden", "gridPos": grid | {"x": 12},
                "targets": [{"expr": "count(hidden)", "hide": True}]}]
     (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": panels}))
@@ -365,7 +366,7 @@ def test_hidden_queries_are_not_run_and_a_panel_with_every_query_hidden_is_witho
     finally:
         fake.close()
     sent = [q["query"] for q in fake.queries if q["path"] == "/api/v1/query_range"]
-    assert sent == ["gpu:temp", "gpu:temp"], "one render each, the hidden and the empty queries not sent"
+    assert sent == ["gpu:temp", "gpu:temp"], "one render each, the hidden, empty and expr-less queries not sent"
     assert report.series == {"board": {"Temperature": len(GPUS), "All hidden": 0}}
     assert report.empty_panels == {"board": ["All hidden"]}
     assert code == 1 and "board: no data for All hidden" in capsys.readouterr().err
