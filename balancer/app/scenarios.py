@@ -133,14 +133,28 @@ def hotspot_fleet() -> fleet_mod.Fleet:
     return fleet_mod.from_dict(yaml.safe_load(HOTSPOT_FLEET_YAML), "<hotspot scenario fleet>")
 
 
-def demand_from_trace(path: str, peak: float, fmt: str = "csv",
-                      step_s: float | None = None) -> Callable[[float], float]:
-    """A demand curve from a trace (`fmt`: csv, servegen or requests), scaled so its maximum is `peak`, repeated
-    over its span. One rule with `step_s` (the simulator's step): a trace loaded at a step finer than `step_s` is
-    loaded again at `step_s`, its steps averaged (a requests log's requests counted per `step_s`) as `forecast
-    backtest --step` resamples a trace; sampled once a step instead, a trace alternating 10 and 14 each second
-    played 10 throughout at a 60 s step (12 at 0.5 s, which the loader refuses to read as it is and the rule
-    averaged). Without `step_s` a trace is played at its own step and one under 1s is refused (exit 2)."""
+@dataclass(frozen=True, eq=False)
+class TraceShape:
+    """A demand trace loaded once (`load_trace_shape`): its values per step, gaps interpolated, repeated over its span.
+    `demand(peak)` is the curve scaled so its maximum is `peak`; a scenario with several services scales one load
+    for each (the hotspot scenario parsed the file once per service)."""
+
+    values: np.ndarray
+    step_s: float
+
+    def demand(self, peak: float) -> Callable[[float], float]:
+        values = np.nan_to_num(self.values) * (peak / float(np.nanmax(self.values)))
+        step, span = self.step_s, self.step_s * len(values)
+        return lambda t: float(values[int((t % span) // step)])
+
+
+def load_trace_shape(path: str, fmt: str = "csv", step_s: float | None = None) -> TraceShape:
+    """A trace (`fmt`: csv, servegen or requests) as a `TraceShape`. One rule with `step_s` (the simulator's step):
+    a trace loaded at a step finer than `step_s` is loaded again at `step_s`, its steps averaged (a requests log's
+    requests counted per `step_s`) as `forecast backtest --step` resamples a trace; sampled once a step instead, a
+    trace alternating 10 and 14 each second played 10 throughout at a 60 s step (12 at 0.5 s, which the loader
+    refuses to read as it is and the rule averaged). Without `step_s` a trace is played at its own step and one
+    under 1s is refused (exit 2)."""
     from balancer.forecast.traces import OwnStepTooFine, load_demand
 
     fmt = fmt or "csv"
@@ -155,15 +169,18 @@ def demand_from_trace(path: str, peak: float, fmt: str = "csv",
     values = y.interpolate(limit_direction="both").to_numpy(dtype=float)
     if values.size == 0 or not np.isfinite(values).any() or np.nanmax(values) <= 0:
         raise InputError(path, "value", "no positive demand", "a trace with positive demand values")
-    values = np.nan_to_num(values) * (peak / float(np.nanmax(values)))
-    step = _step_of(y)
-    span = step * len(values)
-    return lambda t: float(values[int((t % span) // step)])
+    return TraceShape(values, _step_of(y))
 
 
 def _step_of(y: Any) -> float:
     """The step a loaded trace is at (its own without a step: `own_step_s`; a requests log's 1 min)."""
     return float(y.index[1].timestamp() - y.index[0].timestamp()) if len(y) > 1 else 60.0
+
+
+def demand_from_trace(path: str, peak: float, fmt: str = "csv",
+                      step_s: float | None = None) -> Callable[[float], float]:
+    """A demand curve from a trace (`load_trace_shape`), scaled so its maximum is `peak`, repeated over its span."""
+    return load_trace_shape(path, fmt, step_s).demand(peak)
 
 
 def _hotspot_setup(sim: SimCluster, *, days: float, seed: int, trace: str | None = None,
@@ -172,12 +189,13 @@ def _hotspot_setup(sim: SimCluster, *, days: float, seed: int, trace: str | None
     n_services = 3
     per_service = max(1, round(n * 0.40 / n_services))
     rng = np.random.default_rng(seed)
+    shape = load_trace_shape(trace, trace_format or "csv", sim.step_s) if trace else None
     for k in range(n_services):
         spec = ServiceSpec(name=f"llm-{k}", rps_a100=20.0, replicas=per_service, gpu_memory_mib=24576,
                            slo_latency_s=0.6)
         rate = float(np.mean([spec.rate_on(m) for m in sorted(set(sim.gpu_model.tolist()))]))
         peak = 0.5 * rate * per_service
-        demand = (demand_from_trace(trace, peak, trace_format or "csv", sim.step_s) if trace else
+        demand = (shape.demand(peak) if shape is not None else
                   TidalDemand(peak=peak, trough=0.25 * peak, peak_hour=13.0 + 2 * k, noise=0.03,
                               seed=seed + k))
         sim.add_service(ServiceSpec(name=spec.name, rps_a100=20.0, replicas=per_service, gpu_memory_mib=24576,

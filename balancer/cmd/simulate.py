@@ -8,7 +8,11 @@ Writes DIR/summary.json, DIR/timeseries.csv, DIR/audit.jsonl and DIR/timeseries.
 (`--print`). A figure the run could not measure (the reconcile times of a policy that runs no cycle, `none`) is
 null in the JSON and "not measured" in the table, never 0. `--format` is the format of the demand trace
 (`balancer.forecast.traces.load_demand`): by default a folder is read as ServeGen and a file as `timestamp,value`
-CSV; a trace whose own step is under 1 s is averaged onto the simulator's `--step`. `--checkpoint-on-sigterm`
+CSV. How a trace meets the simulator's `--step` is the scenario's to say: `hotspot` averages a trace finer than
+`--step` onto it, as `forecast backtest --step` resamples one (so a trace whose own step is under 1 s runs too), and
+holds each step of a coarser one; `tidal` reads its trace at 10 minutes whatever `--step` (finer steps averaged,
+coarser ones interpolated); another application's scenario reads it its own way (`scenarios.demand_from_trace`
+without a step plays a trace at its own step and refuses one under 1 s). `--checkpoint-on-sigterm`
 (tidal only): whether the training jobs save a checkpoint when a shrink stops their workers (`all`: a shrink loses
 nothing) or not (`none`, the default: a shrink loses the work since the job's last checkpoint).
 Scenarios: `balancer.app.scenarios.SCENARIOS` (with `tidal` from `balancer.app.tidal`); policies:
