@@ -248,7 +248,7 @@ class Holds:
         # the pods it waits for, `AWAITED`: `Preemptor.resume`)
         running, going, not_coming = self._judged(bound.get(node, ()), entry, now)
         left = sorted(set(entry.get(LEFT, ())) & running)
-        leaving = self._leaving(view[i], now)
+        leaving = self._leaving(view[i], going)
         # any pod it only waits for whose room is not coming (stuck past its grace, made again there, its grace
         # ending after the hour) gives the hold back, not only one without which the GPUs, CPU and memory fall
         # short (`makes_room`): `choose` weighs extended resources and pod slots too, so a hold dropping it went
@@ -608,34 +608,35 @@ class Holds:
                 stuck.append(u)
         return running, going, stuck
 
-    def _leaving(self, node: Json, now: float) -> list[Usage]:
-        """The pods leaving `node` (`k8s_reads.Usage`): those a preemption's hold there names as its victims (to
-        evict, or terminating), still bound there or evicted earlier in the pass (the pass's view of the node still
-        counts them). Any hold's, not only the pod's own: a hold held against the pod counts the room its victims
-        free, which is that hold's, not taken from the room the pod waits for (a pod as important that preempted
-        there, evicting some of the pod's own victims with its own). One a hold only waits for (`AWAITED`, found
-        terminating already) only while the pod of its name there is one whose room is coming (`room_coming`): one
-        made again under its name (a StatefulSet's web-0, back on its node), running, frees nothing, and counted as
-        leaving it kept the pod waiting there up to the hour; one stuck past its grace (a finalizer) frees nothing
-        either, and counted it pinned the pod there for ever (its hold kept past the hour, said stuck), where
-        planned afresh it preempts elsewhere. (A victim evicted for a hold is matched by name, as before: the pass's
-        list may not show it terminating yet; one stuck keeps the hold past the hour, `k8s_stuck`: it was killed for
-        this node.) Each hold's own `AWAITED` decides for the pods that hold names: one hold evicted X (its room
-        that hold's), another only waits for X; with X stuck, the waits of all holds merged dropped it from the room
-        the first hold's victims free, and that hold was given back as though others took the room. One evicted
+    def _leaving(self, node: Json, going: Collection[str]) -> list[Usage]:
+        """The pods leaving `node` (`k8s_reads.Usage`): those a preemption's hold there names as its victims (to evict,
+        or terminating), still bound there or evicted earlier in the pass (the pass's view of the node still counts
+        them). Any hold's, not only the pod's own: a hold held against the pod counts the room its victims free, which
+        is that hold's, not taken from the room the pod waits for (a pod as important that preempted there, evicting
+        some of the pod's own victims with its own). One a hold only waits for (`AWAITED`, found terminating already)
+        only while the pod of its name there is one whose room is coming (`going`: the keys of those `_judged` found
+        coming, by `room_coming`, at the reading of the clock it judged on; asked again here, each pod's room was judged
+        twice on the same reading): one made again under its name (a StatefulSet's web-0, back on its node), running,
+        frees nothing, and counted as leaving it kept the pod waiting there up to the hour; one stuck past its grace (a
+        finalizer) frees nothing either, and counted it pinned the pod there for ever (its hold kept past the hour, said
+        stuck), where planned afresh it preempts elsewhere. (A victim evicted for a hold is matched by name, as before:
+        the pass's list may not show it terminating yet; one stuck keeps the hold past the hour, `k8s_stuck`: it was
+        killed for this node.) Each hold's own `AWAITED` decides for the pods that hold names: one hold evicted X (its
+        room that hold's), another only waits for X; with X stuck, the waits of all holds merged dropped it from the
+        room the first hold's victims free, and that hold was given back as though others took the room. One evicted
         earlier in the pass (`_evicted`: evicted, or found terminating or gone, by the eviction's own read) is leaving
         whichever hold names it: its `Usage` is the pass's list, read before, so `room_coming` would judge a reading
         that no longer holds. One a preemption's eviction found terminating (its owner deleting it since the list, so
         within its grace) is only waited for (`AWAITED`), and judged by that stale reading (not terminating) its room
-        was not coming: another hold on the node resumed later in the pass was given back as though others took the
-        room it frees."""
+        was not coming: another hold on the node resumed later in the pass was given back as though others took the room
+        it frees."""
         named, sure = set(), set()   # named by a hold; named by one that does not only wait for it
         for e in node["reservations"].values():
             victims, waited = {k for f in (LEFT, EVICTED) for k in e.get(f) or ()}, set(awaited_of(e))
             named |= victims
             sure |= victims - waited
         return [*(u for u in self._bound_by_node().get(node["name"], ())
-                  if u.key in sure or u.key in named and room_coming(u, now)),
+                  if u.key in sure or u.key in named and u.key in going),
                 *(u for u in self._evicted.get(node["name"], ()) if u.key in named)]
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:

@@ -37,3 +37,16 @@ def test_one_resume_judges_every_pod_at_one_time(kube, api, clock, monkeypatch):
     sched.schedule_once()
     assert "default/urgent" in reservations(kube, "a")                # resumed: still waiting for vip and other
     assert len(judged) >= 2 and len(set(judged)) == 1
+
+
+def test_one_resume_judges_each_pod_once(kube, api, clock, monkeypatch):
+    """`_leaving` takes the pods `_judged` found coming (`going`): it asked `room_coming` again of every pod on the
+    node, at the same reading, each pod's room judged twice."""
+    sched = waits_for_both(kube, api, clock, "other", clock.now + 1800)
+    judged: list[str] = []
+    real = k8s_holds.room_coming
+    monkeypatch.setattr(k8s_holds, "room_coming", lambda pod, now: judged.append(pod.key) or real(pod, now))
+    clock.advance(60)
+    sched.schedule_once()
+    assert reservations(kube, "a")["default/urgent"]["awaited"] == ["default/other", "default/vip"]
+    assert sorted(judged) == ["default/other", "default/vip"]
