@@ -357,9 +357,10 @@ _UNREADABLE_KEPT = 1024
 def _unreadable_end(pod: Any) -> None:
     """Log, once per pod, that the terminating `pod` (`k8s_reads.Usage`) has a `deletionTimestamp` that cannot be
     read. Taken as within its grace (`past_grace`), its room is coming for as long as it stays: a pod waiting for it
-    holds its node again at every hour, and nothing says it is stuck (no PreemptionStuck Event, `k8s_stuck`), so
-    unsaid an operator could not tell why. `Usage` keeps no unreadable text (`deleting` is 0.0): the operator reads
-    it from the pod."""
+    would hold its node again at every hour, and nothing would say it is stuck (no PreemptionStuck Event,
+    `k8s_stuck`), so unsaid an operator could not tell why. Said where its room is judged (`room_coming`: by
+    `Preemptor.plan` too, for every terminating pod on a node weighed, whether or not a pod comes to wait for it:
+    "would"). `Usage` keeps no unreadable text (`deleting` is 0.0): the operator reads it from the pod."""
     said = (pod.key, pod.uid)
     if said in _unreadable_said:
         return
@@ -368,8 +369,8 @@ def _unreadable_end(pod: Any) -> None:
     _unreadable_said[said] = None
     namespace, _, name = pod.key.rpartition("/")
     log.warning("pod %s (uid %s) on %s is terminating but its deletionTimestamp cannot be read: taken as within "
-                "its grace, its room coming while it stays (a pod waiting for it holds node %s again every hour, never "
-                "said stuck); see kubectl get pod -n %s %s -o jsonpath='{.metadata.deletionTimestamp}'",
+                "its grace, its room coming while it stays (a pod waiting for it would hold node %s again every hour, "
+                "never said stuck); see kubectl get pod -n %s %s -o jsonpath='{.metadata.deletionTimestamp}'",
                 pod.key, pod.uid or "unknown", pod.node, pod.node, namespace, name)
 
 
@@ -383,9 +384,10 @@ def room_coming(pod: Any, now: float) -> bool:
     victim nor room, as a running pod of equal priority is. So is one whose grace ends beyond the hour a hold lasts
     (its owner deleted it with a grace of a day): counted, the pod waited there all day, its hold lapsing at every
     hour and made again; it is counted once its grace ends within the hour. One terminating whose time cannot be
-    read is logged, once (`_unreadable_end`)."""
+    read is logged, once (`_unreadable_end`), unless it is made again on its node: its room never comes, whatever its
+    time, so no pod waits for it (it was warned of as though one would hold its node every hour)."""
     ends = pod.deleting or None   # 0.0: not being deleted, or its time unreadable
-    if ends is None and pod.terminating:
+    if ends is None and pod.terminating and not pod.comes_back:
         _unreadable_end(pod)
     return bool(pod.terminating) and not pod.comes_back and not past_grace(ends, now) and (
         ends is None or ends - MAX_HOLD_S <= now)

@@ -1,7 +1,8 @@
 """A terminating pod whose `deletionTimestamp` cannot be read is taken as within its grace (`k8s_preempt.past_grace`):
 a pod waiting for it holds its node again at every hour for as long as it stays, and nothing says it is stuck (no
 PreemptionStuck Event). It is logged as a warning, once per pod (`room_coming`, where its room is judged), naming the
-pod, so an operator can tell why; unsaid, nothing showed it. Against the fake API server."""
+pod, so an operator can tell why; unsaid, nothing showed it. Not one made again on its node (a DaemonSet's), whose
+room never comes. Against the fake API server."""
 
 from __future__ import annotations
 
@@ -33,12 +34,15 @@ def test_a_pod_waited_for_past_the_hours_is_warned_of_once(kube: FakeKube, api, 
     (one,) = said(caplog)
     assert one.startswith("pod default/train (uid ") and " on a is terminating" in one
     assert "kubectl get pod -n default train" in one
+    assert "a pod waiting for it would hold node a again every hour" in one
 
 
-def test_each_pod_is_warned_of_once_and_a_readable_one_never(caplog):
+def test_each_pod_is_warned_of_once_and_a_readable_one_or_one_made_again_never(caplog):
+    """One made again on its node (a DaemonSet's, a static pod's mirror: `Usage.comes_back`) is never waited for, its
+    room never coming whatever its time: it was warned of as though a pod waiting for it would hold its node."""
     caplog.set_level(logging.WARNING, logger=k8s_preempt.__name__)
     unread = Usage("a", 8, 0, 0, (), key="default/x", uid="u1", terminating=True)
     for pod in (unread, unread, unread._replace(key="default/y", uid="u2"), unread._replace(deleting=1000.0),
-                unread._replace(terminating=False)):
+                unread._replace(terminating=False), unread._replace(key="default/ds", uid="u3", comes_back=True)):
         k8s_preempt.room_coming(pod, 1000.0)
     assert [m.split(" (")[0] for m in said(caplog)] == ["pod default/x", "pod default/y"]
