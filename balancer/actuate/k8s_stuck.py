@@ -26,11 +26,12 @@ Said: a warning in the log at each renewal past the hour naming the victims, the
 `Holds.stuck`, the holds so kept in the last pass (`SecondaryScheduler.stuck_holds`).
 
 A pod the hold only waits for (`k8s_preempt.AWAITED`: terminating already as the hold began) keeps it past the hour
-never: within its grace it is not stuck, and past it its room is not coming (`k8s_preempt.room_coming`), so the
-hold is given back and the pod plans afresh (`Holds.resume`), preempting elsewhere where it would have; kept, it
-pinned the pod to its node for ever, said stuck. Where such a pod is named (its hold at the hour on a node that no
-longer admits the pod), it is said "waited for" rather than "evicted for it" (a hold without that field, an older
-gputide's, says every one evicted).
+never: within its grace it is not stuck, and past it (or where its room will not come for another reason: its grace ends
+after the hour, a DaemonSet's or static pod's, made again on its node) its room is not coming
+(`k8s_preempt.room_coming`), so the hold is given back and the pod plans afresh (`Holds.resume`), preempting elsewhere
+where it would have; kept, it pinned the pod to its node for ever, said stuck. Where such a pod is named (its hold at
+the hour on a node that no longer admits the pod), it is said "waited for" rather than "evicted for it" (a hold without
+that field, an older gputide's, says every one evicted).
 """
 
 from __future__ import annotations
