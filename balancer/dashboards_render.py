@@ -18,10 +18,14 @@ too, where Grafana puts them when the row is opened), one PNG per dashboard:
   in an inline copy Grafana does not draw from): a placeholder saying so, counted in `RenderReport.library_panels`,
   not as a panel without data;
 - a panel of a type that never queries (text, news, dashboard or alert list, ...: `QUERYLESS_PANELS`), or a
-  plugin's panel without a query Grafana runs (a clock, with no targets or only leftover empty or hidden ones): its
+  plugin's panel without any query (a clock, with no targets or only leftover ones without an expression): its
   title and a note, no data to miss (not a panel without data); a built-in query panel (`QUERY_PANELS`: graph, stat,
   table, ...) without a query Grafana runs (none left, or every one hidden or without an expression) is "No data",
-  as Grafana shows it, and counted.
+  as Grafana shows it, and counted, as is a plugin's panel whose every query is hidden;
+- a panel with a server-side expression (math, reduce, ...: a target of the `__expr__` data source) that draws
+  nothing from its other queries: "No data (server-side expression, not evaluated here)", listed apart
+  (`RenderReport.not_applicable`), not counted: Grafana evaluates the expression, running the queries it refers to
+  even when they are hidden (grafana/grafana#84977), and shows its result, which this renderer does not compute.
 
 The drawing itself is `balancer.dashboards_draw`.
 
@@ -139,7 +143,8 @@ class RenderReport:
 
     written: list[Path] = field(default_factory=list)
     empty_panels: dict[str, list[str]] = field(default_factory=dict)
-    # per dashboard, the empty panels that show hardware this Prometheus has none of (MIG): not a missing series
+    # per dashboard, the empty panels that show hardware this Prometheus has none of (MIG), or a server-side
+    # expression's result (not evaluated here): not a missing series
     not_applicable: dict[str, list[str]] = field(default_factory=dict)
     series: dict[str, dict[str, int]] = field(default_factory=dict)
     # per dashboard, the library panels (a reference to a panel kept in Grafana's library, its queries not in the
@@ -165,8 +170,10 @@ class _Each:
 
 # What the renderer reads of a dashboard, and nothing more (not Grafana's schema): a key left out takes the
 # renderer's default; a key there must be of its kind, else a TypeError or KeyError deep in the drawing.
-# A target without `expr` (a leftover {"refId": "A"}, a server-side expression) is one Grafana does not run (`queries`).
-_TARGET = {"expr": str, "legendFormat": str, "hide": (bool, type(None))}   # hide null: not hidden, as in Grafana
+# A target without `expr` (a leftover {"refId": "A"}, a server-side expression) is one Grafana does not run (`queries`);
+# `"expr": null` is one without, as Grafana's filterQuery (`!query.expr`) takes it. `"hide": null` is not hidden, as
+# in Grafana.
+_TARGET = {"expr": (str, type(None)), "legendFormat": str, "hide": (bool, type(None))}
 _PANEL = {
     "type": _Need(str), "title": str, "targets": [_TARGET],
     "gridPos": _Need({"x": _Need(int), "y": _Need(int), "w": _Need(int), "h": _Need(int)}),
@@ -256,22 +263,24 @@ def is_library_panel(panel: dict) -> bool:
 def shows_data(panel: dict) -> bool:
     """A panel Grafana draws from its queries' results: its queries are run and, should they return nothing, it is
     "No data" and counted (`RenderReport.empty_panels`, --require-data). A built-in query panel (`QUERY_PANELS`) is,
-    with queries or without; a plugin's panel only with a query Grafana runs (`queries`; without, it is taken for one
-    that never queries, a clock, whatever empty or hidden targets it kept). Not a library panel reference (its queries
+    with queries or without; a plugin's panel only with a query, a target with an `expr`, hidden or not (without, it
+    is taken for one that never queries, a clock, whatever leftover targets without one it kept; with only hidden ones
+    it was made to query, and Grafana shows it blank, as a built-in one). Not a library panel reference (its queries
     are in Grafana's library) nor a panel of a type that never queries (`QUERYLESS_PANELS`, a text panel). `panel`
     checked by `_check_panel`."""
     if is_library_panel(panel) or panel["type"] in QUERYLESS_PANELS:
         return False
-    return panel["type"] in QUERY_PANELS or bool(queries(panel))
+    return panel["type"] in QUERY_PANELS or any(t.get("expr") for t in panel.get("targets", []))
 
 
 def queries(panel: dict) -> list[dict]:
     """The queries of `panel` Grafana runs: its `targets` but those hidden (`hide: true`, the eye switched off in the
     query editor) and those without an expression, empty or missing, which Grafana's Prometheus data source leaves out
     (its filterQuery, `!query.expr`); the others' results are drawn. A panel whose every query is hidden is left with
-    none: a built-in query panel so left is drawn "No data" and counted under --require-data, as one whose queries
-    were lost is (`shows_data`): Grafana shows it blank, asking Prometheus nothing, and a dashboard whose viewers see
-    a blank panel is what --require-data is there to catch, however the panel came to ask nothing."""
+    none: a query panel so left, built-in or a plugin's, is drawn "No data" and counted under --require-data, as one
+    whose queries were lost is (`shows_data`): Grafana shows it blank, asking Prometheus nothing, and a dashboard whose
+    viewers see a blank panel is what --require-data is there to catch, however the panel came to ask nothing. (Unless
+    a server-side expression refers to a hidden one: Grafana runs it for the expression, `_Renderer.answer`.)"""
     return [t for t in panel.get("targets", []) if not t.get("hide") and t.get("expr")]
 
 
@@ -465,10 +474,24 @@ class _Renderer:
         return None if self.run({}, HARDWARE_PRESENT, {}) else "no MIG GPU in this Prometheus"
 
     def answer(self, panel: dict, variables: dict[str, str]) -> PanelAnswer:
-        """`panel`'s series (`panel_data`) and, without any, why (`absent_hardware`): how the PNG draws it and the
-        report counts it, and how a test waiting for data judges it."""
+        """`panel`'s series (`panel_data`) and, without any, why (a server-side expression's, `absent_hardware`): how
+        the PNG draws it and the report counts it, and how a test waiting for data judges it. A panel with a shown
+        server-side expression draws its result, which Grafana computes from the queries it refers to, run even when
+        hidden (grafana/grafana#84977): not computed here, so its panel is no panel without data."""
         data = self.panel_data(panel, variables)
-        return PanelAnswer(data, None if data else self.absent_hardware(panel))
+        if data:
+            return PanelAnswer(data)
+        if any(is_expression(t) and not t.get("hide") for t in panel.get("targets", [])):
+            return PanelAnswer(data, "server-side expression, not evaluated here")
+        return PanelAnswer(data, self.absent_hardware(panel))
+
+
+def is_expression(target: dict) -> bool:
+    """A server-side expression (math, reduce, resample, ...): a target of Grafana's `__expr__` data source, referred
+    to as Grafana's isExpressionReference takes it (a `{"type": "__expr__"}` reference, or by uid or by name)."""
+    ref = target.get("datasource")
+    names = (ref.get("type"), ref.get("uid")) if isinstance(ref, dict) else (ref,)
+    return any(name in ("__expr__", "Expression", "-100") for name in names)
 
 
 HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile:info)"

@@ -296,13 +296,13 @@ def test_a_query_panel_without_queries_is_a_panel_without_data(tmp_path, capsys,
     pytest.param({}, id="no targets key"),
     pytest.param({"targets": [{"refId": "A", "expr": ""}]}, id="a leftover empty query"),
     pytest.param({"targets": [{"refId": "A"}]}, id="a leftover query without expr"),
-    pytest.param({"targets": [{"refId": "A", "expr": "gpu:clock_left", "hide": True}]}, id="a leftover hidden query"),
+    pytest.param({"targets": [{"refId": "A", "expr": None}]}, id="a leftover query whose expr is null"),
 ])
 def test_a_plugin_panel_without_targets_is_not_a_panel_without_data(tmp_path, capsys, targets):
     """A plugin's panel that never queries (grafana-clock-panel) is not in QUERYLESS_PANELS, Grafana's own: it was
     "No data", counted, and --require-data exited 1 for a dashboard whose every query had data (audit a7); so was one
-    that kept an empty or hidden target Grafana does not run, and one whose target has no `expr` was refused, exit 2
-    (review r3). A plugin's panel with a query Grafana runs is queried and counted as before."""
+    that kept an empty target Grafana does not run, and one whose target has no `expr` (or `"expr": null`, audit a10)
+    was refused, exit 2 (review r3). A plugin's panel with a query Grafana runs is queried and counted as before."""
     from test_dashboards_render import GPUS
 
     clock = {"type": "grafana-clock-panel", "title": "Clock", "gridPos": GRID | {"x": 12}} | targets
@@ -314,8 +314,24 @@ def test_a_plugin_panel_without_targets_is_not_a_panel_without_data(tmp_path, ca
     assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS), "Hex": len(GPUS)}}
 
 
+def test_a_plugin_panel_whose_every_query_is_hidden_is_a_panel_without_data(tmp_path, capsys):
+    """A plugin's panel made to query, its every query then hidden, is blank in Grafana as a built-in one is: it was
+    taken for one that never queries, drawn "runs no queries" (it has queries) and not counted, --require-data passing
+    a dashboard with a blank panel (audit a10)."""
+    from test_dashboards_render import GPUS
+
+    hex_ = {"type": "grafana-polystat-panel", "title": "Hex", "gridPos": GRID | {"x": 12},
+            "targets": [{"refId": "A", "expr": "gpu:hex_hidden", "hide": True}]}
+    code = _require_data(tmp_path, [STAT | {"targets": [{"expr": "gpu:temp"}]}, hex_])
+    assert code == 1 and "board: no data for Hex" in capsys.readouterr().err
+    report, queries = _rendered(tmp_path)
+    assert "gpu:hex_hidden" not in queries, "a hidden query is not run"
+    assert report.empty_panels == {"board": ["Hex"]} and report.series == {"board": {"GPUs": len(GPUS), "Hex": 0}}
+
+
 @pytest.mark.parametrize("target", [
     pytest.param({"legendFormat": "{{gpu}}"}, id="a query without its expression"),
+    pytest.param({"refId": "B", "expr": None}, id="a query whose expression is null"),
     pytest.param({"refId": "B", "hide": True}, id="a hidden query without its expression"),
     pytest.param({"refId": "C", "datasource": {"type": "__expr__", "uid": "__expr__"}, "type": "math",
                   "expression": "$A * 2"}, id="a server-side expression"),
@@ -323,8 +339,8 @@ def test_a_plugin_panel_without_targets_is_not_a_panel_without_data(tmp_path, ca
 def test_a_query_without_its_expression_is_not_run_nor_refused(tmp_path, capsys, target):
     """Grafana's Prometheus data source leaves out a target without `expr` (its filterQuery, `!query.expr`): a
     leftover {"refId": "B"}, a server-side expression (math, reduce: `expression`, no `expr`). The dashboard was
-    refused for its missing `expr`, exit 2 (review r3); the panel is drawn from its other queries, that one not run,
-    and a text panel keeping such a target is drawn as any text panel."""
+    refused for its missing `expr`, exit 2 (review r3), and for `"expr": null` (audit a10); the panel is drawn from
+    its other queries, that one not run, and a text panel keeping such a target is drawn as any text panel."""
     from test_dashboards_render import GPUS
 
     text = {"type": "text", "title": "Read me", "gridPos": GRID | {"x": 12}, "targets": [{"refId": "A"}]}
@@ -354,7 +370,7 @@ def _collapsed(y: int, *panels: dict) -> dict:
                  "panels[1].panels[0].gridPos", "None", "an object with x, y, w, h (missing)",
                  id="a panel off the grid inside a collapsed row"),
     pytest.param({"title": "t", "panels": [_collapsed(0, STAT | {"targets": [{"expr": 5, "legendFormat": "x"}]})]},
-                 "panels[0].panels[0].targets[0].expr", "5", "a string",
+                 "panels[0].panels[0].targets[0].expr", "5", "a string or null",
                  id="a query whose expression is not a string inside a collapsed row"),
     pytest.param({"title": "t", "panels": [_collapsed(0, _collapsed(1, STAT))]}, "panels[0].panels[0].type",
                  "'row'", "a panel other than a row (a collapsed row holds panels, not rows)", id="a row in a row"),

@@ -370,3 +370,32 @@ def test_hidden_queries_are_not_run_and_a_panel_with_every_query_hidden_is_witho
     assert report.series == {"board": {"Temperature": len(GPUS), "All hidden": 0}}
     assert report.empty_panels == {"board": ["All hidden"]}
     assert code == 1 and "board: no data for All hidden" in capsys.readouterr().err
+
+
+EXPR_REF = {"type": "__expr__", "uid": "__expr__"}
+
+
+@pytest.mark.parametrize(("panel_type", "datasource"), [
+    pytest.param("stat", EXPR_REF, id="a stat"),
+    pytest.param("grafana-polystat-panel", EXPR_REF, id="a plugin's panel"),
+    pytest.param("stat", "__expr__", id="the expression data source by name (older Grafana)"),
+    pytest.param("stat", {"uid": "__expr__"}, id="the expression data source by uid only"),
+])
+def test_a_panel_drawing_a_server_side_expression_of_a_hidden_query_is_not_a_panel_without_data(
+        fake_prometheus, tmp_path, capsys, panel_type, datasource):
+    """Grafana runs a hidden query a server-side expression refers to (grafana/grafana#84977) and draws the
+    expression's result: a stat of `$A * 2`, its query A hidden, shows data in Grafana. It was "No data", counted,
+    --require-data exiting 1 (audit a10). The expression is not evaluated here: listed apart, not counted."""
+    grid = {"x": 0, "y": 0, "w": 12, "h": 8}
+    doubled = {"type": panel_type, "title": "Doubled", "gridPos": grid | {"x": 12},
+               "targets": [{"refId": "A", "expr": "gpu:temp_hidden", "hide": True},
+                           {"refId": "B", "datasource": datasource, "type": "math", "expression": "$A * 2"}]}
+    panels = [{"type": "stat", "title": "Temperature", "gridPos": grid, "targets": [{"expr": "gpu:temp"}]}, doubled]
+    (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": panels}))
+    args = ["--prometheus", fake_prometheus.url, "--out", str(tmp_path / "png"), "--dashboards-dir", str(tmp_path)]
+    assert cli.main(["dashboards", "render", *args, "--require-data"]) == 0, capsys.readouterr().err
+    report = dr.render(fake_prometheus.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
+    assert report.empty_panels == {"board": []} and report.not_applicable == {"board": ["Doubled"]}
+    assert report.series == {"board": {"Temperature": len(GPUS), "Doubled": 0}}
+    asked = [q.get("query") for q in fake_prometheus.queries]
+    assert "gpu:temp" in asked and "gpu:temp_hidden" not in asked, "nor is the hidden query run here"
