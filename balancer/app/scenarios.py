@@ -154,7 +154,8 @@ def load_trace_shape(path: str, fmt: str = "csv", step_s: float | None = None) -
     requests counted per `step_s`) as `forecast backtest --step` resamples a trace; sampled once a step instead, a
     trace alternating 10 and 14 each second played 10 throughout at a 60 s step (12 at 0.5 s, which the loader
     refuses to read as it is and the rule averaged). Without `step_s` a trace is played at its own step and one
-    under 1s is refused (exit 2)."""
+    under 1s is refused (exit 2). With it, a trace refused at its own step for giving too many steps (59 days at
+    1 s) is loaded at `step_s` alone: the refusal named a step ('0 days 00:00:01') the user never gave (audit a11)."""
     from balancer.forecast.traces import OwnStepTooFine, load_demand
 
     fmt = fmt or "csv"
@@ -164,12 +165,62 @@ def load_trace_shape(path: str, fmt: str = "csv", step_s: float | None = None) -
         if step_s is None:
             raise
         y = None
+    except InputError as exc:   # field 'step' without a step given: too many steps at its own
+        if step_s is None or exc.field != "step":
+            raise
+        y = None
     if step_s is not None and (y is None or _step_of(y) < step_s):
-        y = load_demand(path, fmt, step=repr(float(step_s)))
+        y = _load_at_step(path, fmt, step_s, y)
     values = y.interpolate(limit_direction="both").to_numpy(dtype=float)
     if values.size == 0 or not np.isfinite(values).any() or np.nanmax(values) <= 0:
         raise InputError(path, "value", "no positive demand", "a trace with positive demand values")
     return TraceShape(values, _step_of(y))
+
+
+def _load_at_step(path: str, fmt: str, step_s: float, own: Any) -> Any:
+    """The trace loaded at `step_s` (`own`: as loaded at its own step, None when that was refused). A trace spanning
+    under two such steps is refused naming --step and the largest one that plays it: the loader's refusal ('field
+    'rows': invalid value 1', '1 observed steps') never said that the simulator's --step was what to change (audit
+    a11). The refusal is the step's once the trace loads at a finer step (its own, else 1s); otherwise the
+    loader's own refusal stands (an empty trace, one spanning under 1s)."""
+    from balancer.forecast.traces import load_demand
+
+    try:
+        return load_demand(path, fmt, step=repr(float(step_s)))
+    except InputError as exc:
+        if exc.field not in ("rows", "value"):
+            raise
+        fine = own if own is not None else _loaded_or_none(path, fmt, "1")
+        if fine is None:
+            raise
+        raise _too_few_steps(path, fmt, step_s, fine) from exc
+
+
+def _loaded_or_none(path: str, fmt: str, step: str) -> Any:
+    """The trace loaded at `step`, None where the loader refuses it (the refusal at --step is then its own)."""
+    from balancer.forecast.traces import load_demand
+
+    try:
+        return load_demand(path, fmt, step=step)
+    except InputError:
+        return None
+
+
+def _too_few_steps(path: str, fmt: str, step_s: float, fine: Any) -> InputError:
+    """--step refused for a trace (`fine`: loaded at a finer step) spanning under two of its steps. A csv or ServeGen
+    trace spans two steps of at most half the span of its observed steps. A requests log's first and last steps,
+    partly covered, are not observed, so it needs four: steps of at most a third of its span (its observed steps'
+    plus the last step, which holds its last request)."""
+    observed = fine.dropna().index
+    own = _step_of(fine)
+    span = float((observed[-1] - observed[0]).total_seconds()) + (own if fmt == "requests" else 0.0)
+    share, limit = ("a third", span / 3) if fmt == "requests" else ("half", span / 2)
+    detail = "a requests log's first and last steps, partly covered, are not observed" if fmt == "requests" else ""
+    if limit < 1:
+        return InputError(path, "--step", step_s, f"a trace spanning at least two --steps of at least 1s (this one "
+                          f"spans {span:g}s)", detail=detail)
+    return InputError(path, "--step", step_s, f"a --step of at most {math.floor(limit)} seconds, {share} of the "
+                      f"trace's {span:g}s span, so that it spans at least two steps", detail=detail)
 
 
 def _step_of(y: Any) -> float:
