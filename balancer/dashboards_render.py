@@ -146,6 +146,7 @@ class RenderReport:
     # per dashboard, the empty panels that show hardware this Prometheus has none of (MIG), or a server-side
     # expression's result (not evaluated here): not a missing series
     not_applicable: dict[str, list[str]] = field(default_factory=dict)
+    not_applicable_why: dict[str, dict[str, str]] = field(default_factory=dict)   # dashboard -> panel -> why
     series: dict[str, dict[str, int]] = field(default_factory=dict)
     # per dashboard, the library panels (a reference to a panel kept in Grafana's library, its queries not in the
     # file): each a placeholder box saying so, its queries not run, not counted as a panel without data
@@ -543,6 +544,8 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
     if not data:
         (report.empty_panels[name] if answer.counted_empty else report.not_applicable.setdefault(name, [])).append(
             panel.get("title", ""))
+        if answer.why:
+            report.not_applicable_why.setdefault(name, {})[panel.get("title", "")] = answer.why
         ax.axis("off")
         ax.text(0.5, 0.5, f"No data ({answer.why})" if answer.why else "No data", ha="center", va="center",
                 transform=ax.transAxes, color="grey")

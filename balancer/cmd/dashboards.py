@@ -67,7 +67,10 @@ def run_render(args: argparse.Namespace) -> int:
     for name, panels in empty.items():
         print(f"{name}: no data for {', '.join(panels)}", file=sys.stderr)
     for name, panels in report.not_applicable.items():  # not a failure of --require-data: nothing to show here
-        print(f"{name}: no data, as expected without MIG GPUs, for {', '.join(panels)}", file=sys.stderr)
+        why = report.not_applicable_why.get(name, {})
+        for reason in dict.fromkeys(why.get(p, "") for p in panels):
+            said = [p for p in panels if why.get(p, "") == reason]
+            print(f"{name}: no data, as expected here ({reason}), for {', '.join(said)}", file=sys.stderr)
     for name, panels in report.library_panels.items():  # their queries live in Grafana's library, not in the file
         print(f"{name}: library panels drawn as placeholders: {', '.join(panels)}", file=sys.stderr)
     return 1 if empty and args.require_data else 0

@@ -134,7 +134,7 @@ def test_the_mig_panel_counts_as_empty_only_when_the_fleet_has_mig_gpus(tmp_path
     assert (MIG_PANEL in report.not_applicable.get("gpu-fleet", [])) is not expected_empty
     assert report.empty_panels["gpu-fleet"] == ([MIG_PANEL] if expected_empty else [])
     assert code == (1 if expected_empty else 0)
-    assert ("as expected without MIG GPUs" in capsys.readouterr().err) is not expected_empty
+    assert ("as expected here (no MIG GPU in this Prometheus)" in capsys.readouterr().err) is not expected_empty
 
 
 def test_heatmap_matrix_puts_each_gpu_on_its_row_and_each_sample_in_its_column():
@@ -394,6 +394,9 @@ def test_a_panel_drawing_a_server_side_expression_of_a_hidden_query_is_not_a_pan
     (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": panels}))
     args = ["--prometheus", fake_prometheus.url, "--out", str(tmp_path / "png"), "--dashboards-dir", str(tmp_path)]
     assert cli.main(["dashboards", "render", *args, "--require-data"]) == 0, capsys.readouterr().err
+    err = capsys.readouterr().err   # said with its own reason, not "as expected without MIG GPUs"
+    assert "board: no data, as expected here (server-side expression, not evaluated here), for Doubled" in err, err
+    assert "MIG" not in err, err
     report = dr.render(fake_prometheus.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
     assert report.empty_panels == {"board": []} and report.not_applicable == {"board": ["Doubled"]}
     assert report.series == {"board": {"Temperature": len(GPUS), "Doubled": 0}}
