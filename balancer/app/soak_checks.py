@@ -17,11 +17,9 @@ the soak prints one row per checker at the end (`Invariants.table()`), and all m
 * `MemoryTrend`     the process's resident memory sampled every cycle, settled first (`settled_rss_mib`: a full
                     collection and glibc's `malloc_trim`, so memory freed but kept by the allocator is not counted as
                     growth); the slope after warm-up (and, on long runs, over the last day), fitted by Theil-Sen,
-                    must stay under a threshold (MiB per simulated day). A slope over it is forgiven for exactly one
-                    step (`one_off_step`: a single rise, an arena or a cache filled once) when the run without that
-                    step is under it; a run that rises in more than one step is judged as it is. The process also
-                    holds the harness (simulator, exporter, in-test Kubernetes API, the checkers' records), so the
-                    slope is an upper bound on the controller's own.
+                    must stay under a threshold (MiB per simulated day). The process also holds the harness
+                    (simulator, exporter, in-test Kubernetes API, the checkers' records), so the slope is an upper
+                    bound on the controller's own.
 * alerts            are tracked by `balancer.app.soak_faults.AlertTracker`.
 """
 
@@ -239,53 +237,6 @@ def _theil_sen(pts: np.ndarray) -> float:
     return float(theilslopes(pts[:, 1], pts[:, 0]).slope) if np.ptp(pts[:, 0]) > 0 else 0.0
 
 
-STEP_SPAN = 3   # samples each side of a point whose medians `one_off_step` compares
-
-
-@dataclass(frozen=True)
-class Step:
-    """A rise in RSS between the samples before `index` and those from it on (rows of the window judged)."""
-
-    index: int
-    mib: float
-    day: float
-
-
-def one_off_step(pts: np.ndarray) -> Step | None:
-    """The single largest step in (x, y) rows in x order, when it is the only one; None otherwise.
-
-    A point's rise is the median of the `STEP_SPAN` samples from it on less the median of the `STEP_SPAN` before it.
-    Three is the fewest whose median ignores a one-sample spike (one cycle's RSS caught before its memory went back),
-    so a spike never reads as a step, and the fewest cycles a step needs on each side to be seen; a wider span would
-    merge steps closer than twice it and see none within that of the window's ends.
-
-    The step is one-off only if no other rise (away from it by `STEP_SPAN` samples or more, beyond the points whose
-    medians straddle the same step) is half as tall or taller: a leak tied to a fault class or to a daily event takes
-    about the same memory each time it strikes, so its steps read within the samples' jitter of each other, and a
-    run that rose twice by half as much or more did not rise once. Forgiving the largest of such steps would forgive
-    a leak paced in steps (audit of 94badaf5: a daily 10 MiB step over 7 days read 6.7-7.8 MiB/day with one step
-    taken out, 2 MiB every 14 cycles in the CI soak as little as 5.5, against a limit of 8), and in a steady leak every
-    rise is the leak's over three cycles, as tall as the next. A flat run's jitter (a few hundred KiB) makes rises
-    far under half of a step tall enough to breach (about 5 MiB in a 1-day soak)."""
-    y, k = pts[:, 1], STEP_SPAN
-    at = np.arange(k, len(y) - k + 1)
-    if not len(at):
-        return None
-    rises = np.array([np.median(y[i:i + k]) - np.median(y[i - k:i]) for i in at])
-    best = int(np.argmax(rises))
-    others = rises[np.abs(at - at[best]) >= k]
-    if rises[best] <= 0 or (len(others) and others.max() >= rises[best] / 2):
-        return None
-    return Step(int(at[best]), float(rises[best]), float(pts[at[best], 0]))
-
-
-def _without(pts: np.ndarray, step: Step) -> np.ndarray:
-    """The rows with the step taken out: every sample from it on lowered by its height."""
-    out = pts.copy()
-    out[step.index:, 1] -= step.mib
-    return out
-
-
 class MemoryTrend:
     def __init__(self, *, warmup_fraction: float = 0.25, max_mib_per_day: float = 8.0, late_days: float = 3.0) -> None:
         self.samples: list[tuple[float, float]] = []   # (simulated days, RSS MiB)
@@ -293,7 +244,7 @@ class MemoryTrend:
         self.max_mib_per_day = max_mib_per_day
         self.check = Check("controller memory flat",
                            f"RSS slope after warm-up below {max_mib_per_day:g} MiB per simulated day (RSS settled by "
-                           "gc and malloc_trim; the harness included; one one-off step forgiven)")
+                           "gc and malloc_trim; the harness included)")
 
     def sample(self, sim_days: float) -> None:
         self.samples.append((sim_days, settled_rss_mib()))
@@ -304,53 +255,27 @@ class MemoryTrend:
         The slope is Theil-Sen's (the median of the pairwise slopes), not least squares': a leak grows with every
         cycle and moves every pair, while a one-off step (a thread's malloc arena, a cache filled once) near the
         end of a short run moved least squares past the limit under load (8.49 MiB/day in a 1-day soak that read
-        flat elsewhere) and moves the median less. Over a run of `late_days` or more after warm-up the last day is
-        also fitted alone: a leak that begins late (a cache that starts growing on day 5) moves too few of the whole
-        run's pairs to shift its median.
-
-        A step mid-run still lifts half of the pairs (6 MiB at 60% of a 1-day soak read 9.8 MiB/day), and one
-        within the last day lifts the last day's fit: so a fit over the limit is fitted again without the window's
-        one-off step (`one_off_step`, found once over the whole window after warm-up, so a step elsewhere never
-        excuses the last day), and holds, named in the detail, if that fit is under the limit. Only one step is
-        forgiven, and only a lone one, so a leak that grows in steps breaches however far apart they are."""
+        flat elsewhere) and moves the median less (a step mid-run still reads as growth). Over a run of
+        `late_days` or more after warm-up the last day is also fitted alone: a leak that begins late (a cache that
+        starts growing on day 5) moves too few of the whole run's pairs to shift its median."""
         pts = np.array(self.samples, dtype=float)
         self.check.checked = len(pts)
         if len(pts) < 8:
             self.check.breach(cycle, f"only {len(pts)} memory samples")
             return float("nan")
         tail = pts[int(len(pts) * self.warmup_fraction):]
-        step = one_off_step(tail)
-        flat = _without(tail, step) if step is not None else tail
-        last_day = tail[:, 0] >= tail[-1, 0] - 1.0
-        judged = {"after warm-up": (tail, flat)}
-        if np.ptp(tail[:, 0]) >= self.late_days and last_day.sum() >= 8:
-            judged["over the last day"] = (tail[last_day], flat[last_day])
-        fits = {what: self._judge(cycle, what, *rows, step) for what, rows in judged.items()}
-        slope, late = fits["after warm-up"], fits.get("over the last day")
+        slope = _theil_sen(tail)
+        last_day = tail[tail[:, 0] >= tail[-1, 0] - 1.0]
+        late = _theil_sen(last_day) if np.ptp(tail[:, 0]) >= self.late_days and len(last_day) >= 8 else None
         self.check.detail = (f"RSS {pts[0, 1]:.0f} -> {pts[-1, 1]:.0f} MiB, after warm-up {tail[0, 1]:.0f} -> "
-                             f"{tail[-1, 1]:.0f} MiB, slope {slope[0]:+.2f} MiB/day"
-                             + (f", last day {late[0]:+.2f}" if late is not None else "")
+                             f"{tail[-1, 1]:.0f} MiB, slope {slope:+.2f} MiB/day"
+                             + (f", last day {late:+.2f}" if late is not None else "")
                              + " (settled RSS, harness included)")
-        forgiven = [f"{fit[1]:+.2f} {what}" for what, fit in fits.items() if fit[1] is not None]
-        if step is not None and forgiven:
-            self.check.detail += (f"; a one-off step of {step.mib:.1f} MiB at day {step.day:.2f}, not growth: "
-                                  f"without it {', '.join(forgiven)}")
-        return slope[0]
-
-    def _judge(self, cycle: int, what: str, pts: np.ndarray, flat: np.ndarray,
-               step: Step | None) -> tuple[float, float | None]:
-        """(Theil-Sen slope of the rows, the slope without the one-off step where that excused it, else None);
-        a breach recorded where the slope is over the limit and no step excuses it."""
-        slope = _theil_sen(pts)
-        if slope <= self.max_mib_per_day:
-            return slope, None
-        refit = _theil_sen(flat) if step is not None else None
-        if refit is not None and refit <= self.max_mib_per_day:
-            return slope, refit
-        self.check.breach(cycle, f"RSS grows {slope:.2f} MiB per simulated day {what}"
-                                 + (f" ({refit:.2f} without a one-off step of {step.mib:.1f} MiB at day "
-                                    f"{step.day:.2f})" if step is not None and refit is not None else ""))
-        return slope, None
+        if slope > self.max_mib_per_day:
+            self.check.breach(cycle, f"RSS grows {slope:.2f} MiB per simulated day after warm-up")
+        if late is not None and late > self.max_mib_per_day:
+            self.check.breach(cycle, f"RSS grows {late:.2f} MiB per simulated day over the last day")
+        return slope
 
 
 def markdown_table(rows: list[Mapping]) -> str:
