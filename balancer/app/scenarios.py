@@ -208,19 +208,24 @@ def _loaded_or_none(path: str, fmt: str, step: str) -> Any:
 
 def _too_few_steps(path: str, fmt: str, step_s: float, fine: Any) -> InputError:
     """--step refused for a trace (`fine`: loaded at a finer step) spanning under two of its steps. A csv or ServeGen
-    trace spans two steps of at most half the span of its observed steps. A requests log's first and last steps,
-    partly covered, are not observed, so it needs four: steps of at most a third of its span (its observed steps'
-    plus the last step, which holds its last request)."""
+    trace's first and last observed times lie within its first and last observed steps, so they are more than its
+    span less one own step apart: any --step of at most that falls on two steps (a 29 s trace at 1 s plays at 28;
+    half its span, named before, kept 14 of them back). A requests log's first and last steps, partly covered, are
+    not observed, so it needs four: steps of at most a third of its span (its observed steps' plus the last step,
+    which holds its last request)."""
     observed = fine.dropna().index
     own = _step_of(fine)
     span = float((observed[-1] - observed[0]).total_seconds()) + (own if fmt == "requests" else 0.0)
-    share, limit = ("a third", span / 3) if fmt == "requests" else ("half", span / 2)
-    detail = "a requests log's first and last steps, partly covered, are not observed" if fmt == "requests" else ""
+    if fmt == "requests":
+        limit, why = span / 3, f"a third of the trace's {span:g}s span"
+        detail = "a requests log's first and last steps, partly covered, are not observed"
+    else:
+        limit, why, detail = span - own, f"the trace's {span:g}s span less its own {own:g}s step", ""
     if limit < 1:
         return InputError(path, "--step", step_s, f"a trace spanning at least two --steps of at least 1s (this one "
                           f"spans {span:g}s)", detail=detail)
-    return InputError(path, "--step", step_s, f"a --step of at most {math.floor(limit)} seconds, {share} of the "
-                      f"trace's {span:g}s span, so that it spans at least two steps", detail=detail)
+    return InputError(path, "--step", step_s, f"a --step of at most {math.floor(limit)} seconds plays it ({why})",
+                      detail=detail)
 
 
 def _step_of(y: Any) -> float:

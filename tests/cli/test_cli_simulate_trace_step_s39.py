@@ -62,3 +62,17 @@ def test_a_trace_too_long_at_its_own_step_is_loaded_at_the_given_step(tmp_path, 
     assert "error" not in capsys.readouterr().err
     assert _simulate(tmp_path, trace, 1) == 2   # at --step 1 too many steps still: refused
     assert "a step giving at most 1000 steps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seconds, every_s, largest", [
+    pytest.param(30, 1.0, 28, id="a 29 s trace at 1 s: at most 28"),
+    pytest.param(30, 2.0, 26, id="a 28 s trace at 2 s: at most 26"),
+])
+def test_a_csv_trace_is_refused_naming_its_span_less_its_own_step(tmp_path, capsys, seconds, every_s, largest):
+    """Its first and last times are over its span less one own step apart: every --step up to that plays it. Half
+    its span (14 s of a 29 s trace at 1 s) was named before, where 20 s and 28 s play it."""
+    trace = _csv(tmp_path / "trace.csv", seconds, every_s)
+    assert _simulate(tmp_path, trace, 60) == 2
+    err = capsys.readouterr().err
+    assert f"allowed: a --step of at most {largest} seconds plays it" in err, err
+    assert _simulate(tmp_path, trace, largest) == 0, capsys.readouterr().err
