@@ -210,9 +210,11 @@ def _too_few_steps(path: str, fmt: str, step_s: float, fine: Any) -> InputError:
     """--step refused for a trace (`fine`: loaded at a finer step) spanning under two of its steps. A csv or ServeGen
     trace's first and last observed times lie within its first and last observed steps, so they are more than its
     span less one own step apart: any --step of at most that falls on two steps (a 29 s trace at 1 s plays at 28;
-    half its span, named before, kept 14 of them back). A requests log's first and last steps, partly covered, are
-    not observed, so it needs four: steps of at most a third of its span (its observed steps' plus the last step,
-    which holds its last request)."""
+    half its span, named before, kept 14 of them back); one spanning a single own step, whose span less that step
+    is 0, plays at its own step (a 2-row trace at 1s was told it needed 'a trace spanning at least two --steps of at
+    least 1s' where --step 1 plays it). A requests log's first and last steps, partly covered, are not observed, so
+    it needs four: steps of at most a third of its span (its observed steps' plus the last step, which holds its
+    last request)."""
     observed = fine.dropna().index
     own = _step_of(fine)
     span = float((observed[-1] - observed[0]).total_seconds()) + (own if fmt == "requests" else 0.0)
@@ -221,6 +223,9 @@ def _too_few_steps(path: str, fmt: str, step_s: float, fine: Any) -> InputError:
         detail = "a requests log's first and last steps, partly covered, are not observed"
     else:
         limit, why, detail = span - own, f"the trace's {span:g}s span less its own {own:g}s step", ""
+    if limit < 1 and fmt != "requests" and len(observed) > 1:   # two observed steps, one apart: --step own plays
+        return InputError(path, "--step", step_s, f"a --step of {own:g} seconds plays it (the trace's own step; it "
+                          f"spans {span:g}s)")
     if limit < 1:
         return InputError(path, "--step", step_s, f"a trace spanning at least two --steps of at least 1s (this one "
                           f"spans {span:g}s)", detail=detail)

@@ -76,3 +76,19 @@ def test_a_csv_trace_is_refused_naming_its_span_less_its_own_step(tmp_path, caps
     err = capsys.readouterr().err
     assert f"allowed: a --step of at most {largest} seconds plays it" in err, err
     assert _simulate(tmp_path, trace, largest) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("every_s, step", [
+    pytest.param(1.0, 2, id="2 rows at 1 s, --step 2"),
+    pytest.param(1.0, 60, id="2 rows at 1 s, --step 60"),
+    pytest.param(3.0, 5, id="2 rows at 3 s, --step 5"),
+])
+def test_a_csv_trace_spanning_one_own_step_is_refused_naming_its_own_step(tmp_path, capsys, every_s, step):
+    """Its span less its own step is 0: --step at its own step plays it. It was told it needed 'a trace spanning at
+    least two --steps of at least 1s', though --step 1 plays a 2-row trace at 1 s."""
+    trace = _csv(tmp_path / "trace.csv", 2 * every_s, every_s)
+    assert _simulate(tmp_path, trace, step) == 2
+    err = capsys.readouterr().err
+    named = f"field '--step': invalid value {float(step)!r}; allowed: a --step of {every_s:g} seconds plays it"
+    assert named in err, err
+    assert _simulate(tmp_path, trace, every_s) == 0, capsys.readouterr().err
