@@ -163,6 +163,7 @@ _ZONE_WORD = re.compile(r"(?<=\d)\s*(?:UTC|GMT|z)\s*$")
 
 # RFC 3339's lower-case t between date and time (2024-01-01t00:00:00z), and ISO-8601's comma before a fraction of
 # a second (2024-01-01 00:00:00,123, Python logging's default): both valid, both refused by pandas' ISO8601 format
+_CLOCK_WORDS = ("now", "today")   # what pandas' ISO-8601 reads as the wall clock, not a time written
 _LOWER_T = re.compile(r"(?<=\d)t(?=\d)")
 _COMMA_FRACTION = re.compile(r"(?<=\d:\d\d:\d\d),(?=\d)")
 
@@ -180,9 +181,11 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
     13/01/2024 as 13 January in one file, a trace silently reordered (exit 0). A True/False cell is refused as any
     bad time is: pandas reads a column of only True/False as booleans, which to_numeric took for 1 and 0 (and, before
     `read_rows` typed a file at once, so read a block of 131,072 such rows beside the text or numbers of the rest:
-    among ISO times the column was said to mix the two forms, among epoch seconds `False` was 1970; audit s38)."""
-    flags = booleans(raw)
-    if flags.any():   # True/False, which pandas reads as booleans: no time at all
+    among ISO times the column was said to mix the two forms, among epoch seconds `False` was 1970; audit s38). So
+    is a `now` or `today` cell: pandas' ISO-8601 reads them as the wall clock, a sample stamped with the hour the
+    file was loaded (exit 0; review r5)."""
+    flags = booleans(raw) | raw.isin(_CLOCK_WORDS)
+    if flags.any():   # True/False, which pandas reads as booleans, or the clock's words: no time at all
         row = int(np.flatnonzero(flags.to_numpy())[0])
         raise InputError(path, column, cell(raw, row), ISO_OR_EPOCH, detail=f"row {row + 2}")
     numeric = pd.to_numeric(raw, errors="coerce")
@@ -436,7 +439,7 @@ def _own_step_of(out: pd.Series, own: pd.Timedelta, what: str) -> None:
 
 class OwnStepTooFine(InputError):
     """`own_step`'s refusal of a trace whose own step is under 1s, loaded without a step: a caller with a step of its
-    own loads it again at that step (the simulator at its --step, `balancer.app.scenarios.demand_from_trace`)."""
+    own loads it again at that step (the simulator at its --step, `balancer.app.scenarios.load_trace_shape`)."""
 
 
 def own_step(seconds: Decimal, step: pd.Timedelta | None, path: str, field: str, what: str) -> pd.Timedelta:
