@@ -23,9 +23,11 @@ too, where Grafana puts them when the row is opened), one PNG per dashboard:
   table, ...) without a query Grafana runs (none left, or every one hidden or without an expression) is "No data",
   as Grafana shows it, and counted, as is a plugin's panel whose every query is hidden;
 - a panel with a server-side expression (math, reduce, ...: a target of the `__expr__` data source) that draws
-  nothing from its other queries: "No data (server-side expression, not evaluated here)", listed apart
-  (`RenderReport.not_applicable`), not counted: Grafana evaluates the expression, running the queries it refers to
-  even when they are hidden (grafana/grafana#84977), and shows its result, which this renderer does not compute.
+  nothing from its shown queries but whose hidden queries return samples (or which holds a target of another data
+  source, without an `expr`, that this renderer cannot run): "No data (server-side expression, not evaluated here)",
+  listed apart (`RenderReport.not_applicable`), not counted: Grafana evaluates the expression, running the queries it
+  refers to even when they are hidden (grafana/grafana#84977), and shows its result, which this renderer does not
+  compute. One whose every query returns nothing is "No data" in Grafana too, and counted.
 
 The drawing itself is `balancer.dashboards_draw`.
 
@@ -146,7 +148,9 @@ class RenderReport:
     # per dashboard, the empty panels that show hardware this Prometheus has none of (MIG), or a server-side
     # expression's result (not evaluated here): not a missing series
     not_applicable: dict[str, list[str]] = field(default_factory=dict)
-    not_applicable_why: dict[str, dict[str, str]] = field(default_factory=dict)   # dashboard -> panel -> why
+    # per dashboard, each panel of `not_applicable` (in its order) with its reason: (title, why) pairs, not a dict by
+    # title, as two panels may share a title (one MIG's, one an expression's) and each keeps its own reason
+    not_applicable_why: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     series: dict[str, dict[str, int]] = field(default_factory=dict)
     # per dashboard, the library panels (a reference to a panel kept in Grafana's library, its queries not in the
     # file): each a placeholder box saying so, its queries not run, not counted as a panel without data
@@ -247,7 +251,9 @@ QUERYLESS_PANELS = frozenset({"text", "news", "dashlist", "alertlist", "annolist
                               "gettingstarted", "welcome", "live"})
 # Grafana's built-in panels that draw their queries' results: without queries (lost, all removed) Grafana shows one
 # as "No data". A panel of a type in neither set is a plugin's, which may never query (grafana-clock-panel): without a
-# query Grafana runs (`queries`) it is taken for one that does not, with one for one that does (`shows_data`).
+# query (a target with an `expr`, hidden or not) it is taken for one that does not, with one for one that does
+# (`shows_data`). Either, drawing a server-side expression whose hidden queries return samples, is not "No data"
+# though nothing is drawn here (`_Renderer.answer`).
 QUERY_PANELS = frozenset({"timeseries", "graph", "stat", "singlestat", "gauge", "bargauge", "table", "table-old",
                           "heatmap", "barchart", "piechart", "histogram", "state-timeline", "status-history",
                           "xychart", "trend", "candlestick", "geomap", "nodeGraph", "logs", "traces", "flamegraph",
@@ -437,15 +443,17 @@ def legend(fmt: str, labels: dict[str, str]) -> str:
 @dataclass(frozen=True)
 class PanelAnswer:
     """What a panel's queries answered (`_Renderer.answer`): the series it draws and, when there are none, why none
-    are expected here (`_Renderer.absent_hardware`), else None."""
+    are expected here (`_Renderer.absent_hardware`: no MIG GPU; `EXPRESSION_WHY`: a server-side expression, not
+    evaluated here, whose input queries return samples), else None."""
 
     data: list[tuple[str, Series]]
     why: str | None = None
 
     @property
     def counted_empty(self) -> bool:
-        """Without data and not for want of hardware: "No data", counted (`RenderReport.empty_panels`, failing
-        --require-data); one without data for want of hardware is listed apart (`RenderReport.not_applicable`)."""
+        """Without data and with no reason to be empty here: "No data", counted (`RenderReport.empty_panels`, failing
+        --require-data); one without data for want of hardware, or drawing a server-side expression whose input
+        queries return samples, is listed apart (`RenderReport.not_applicable`)."""
         return not self.data and self.why is None
 
 
@@ -474,17 +482,34 @@ class _Renderer:
             return None
         return None if self.run({}, HARDWARE_PRESENT, {}) else "no MIG GPU in this Prometheus"
 
+    def expression_has_input(self, panel: dict, variables: dict[str, str]) -> bool:
+        """Whether `panel`, its shown queries empty, shows a server-side expression that Grafana draws from something:
+        one of its hidden queries (with an `expr`; Grafana runs those an expression refers to, grafana/grafana#84977)
+        returns samples, or it holds a target of another data source without an `expr` (`other_source`), which this
+        renderer cannot run. An expression whose every input returns nothing is "No data" in Grafana as well."""
+        targets = panel.get("targets", [])
+        if not any(is_expression(t) and not t.get("hide") for t in targets):
+            return False
+        if any(other_source(t) for t in targets):
+            return True
+        hidden = [t["expr"] for t in targets if t.get("hide") and t.get("expr") and not is_expression(t)]
+        return any(len(s.values) for expr in hidden for s in self.run({}, expr, variables))
+
     def answer(self, panel: dict, variables: dict[str, str]) -> PanelAnswer:
-        """`panel`'s series (`panel_data`) and, without any, why (a server-side expression's, `absent_hardware`): how
-        the PNG draws it and the report counts it, and how a test waiting for data judges it. A panel with a shown
-        server-side expression draws its result, which Grafana computes from the queries it refers to, run even when
-        hidden (grafana/grafana#84977): not computed here, so its panel is no panel without data."""
+        """`panel`'s series (`panel_data`) and, without any, why (`EXPRESSION_WHY`, `absent_hardware`): how the PNG
+        draws it and the report counts it, and how a test waiting for data judges it. A panel with a shown server-side
+        expression draws its result, which Grafana computes from the queries it refers to, run even when hidden
+        (grafana/grafana#84977): not computed here, so, when those queries return samples
+        (`expression_has_input`), its panel is no panel without data; when they return nothing, it is one."""
         data = self.panel_data(panel, variables)
         if data:
             return PanelAnswer(data)
-        if any(is_expression(t) and not t.get("hide") for t in panel.get("targets", [])):
-            return PanelAnswer(data, "server-side expression, not evaluated here")
+        if self.expression_has_input(panel, variables):
+            return PanelAnswer(data, EXPRESSION_WHY)
         return PanelAnswer(data, self.absent_hardware(panel))
+
+
+EXPRESSION_WHY = "server-side expression, not evaluated here"
 
 
 def is_expression(target: dict) -> bool:
@@ -493,6 +518,16 @@ def is_expression(target: dict) -> bool:
     ref = target.get("datasource")
     names = (ref.get("type"), ref.get("uid")) if isinstance(ref, dict) else (ref,)
     return any(name in ("__expr__", "Expression", "-100") for name in names)
+
+
+def other_source(target: dict) -> bool:
+    """A target of a data source this renderer does not run (SQL, a plugin's): no server-side expression, no `expr`,
+    and its own data source reference names a type other than Prometheus. A leftover `{"refId": "A"}`, or one naming
+    Prometheus or its data source by name or uid only, is not: it is a Prometheus target without a query, which
+    Grafana leaves out."""
+    ref = target.get("datasource")
+    return (not is_expression(target) and not target.get("expr") and isinstance(ref, dict)
+            and ref.get("type") not in (None, "", "prometheus"))
 
 
 HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile:info)"
@@ -534,7 +569,8 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
 def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[str, str], list], report: RenderReport,
                 name: str) -> None:
     """One panel Grafana draws from its queries (`shows_data`): drawn from their results, or "No data" (counted in
-    `report`, or, for hardware this Prometheus has none of, listed as expected), as a panel without any query is."""
+    `report`, or, for hardware this Prometheus has none of or a server-side expression whose input queries return
+    samples, listed apart with its reason), as a panel without any query is."""
     variables, annotations = context
     ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
@@ -545,7 +581,7 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
         (report.empty_panels[name] if answer.counted_empty else report.not_applicable.setdefault(name, [])).append(
             panel.get("title", ""))
         if answer.why:
-            report.not_applicable_why.setdefault(name, {})[panel.get("title", "")] = answer.why
+            report.not_applicable_why.setdefault(name, []).append((panel.get("title", ""), answer.why))
         ax.axis("off")
         ax.text(0.5, 0.5, f"No data ({answer.why})" if answer.why else "No data", ha="center", va="center",
                 transform=ax.transAxes, color="grey")

@@ -66,10 +66,9 @@ def run_render(args: argparse.Namespace) -> int:
     empty = {name: panels for name, panels in report.empty_panels.items() if panels}
     for name, panels in empty.items():
         print(f"{name}: no data for {', '.join(panels)}", file=sys.stderr)
-    for name, panels in report.not_applicable.items():  # not a failure of --require-data: nothing to show here
-        why = report.not_applicable_why.get(name, {})
-        for reason in dict.fromkeys(why.get(p, "") for p in panels):
-            said = [p for p in panels if why.get(p, "") == reason]
+    for name, pairs in report.not_applicable_why.items():  # not a failure of --require-data: nothing to show here
+        for reason in dict.fromkeys(why for _, why in pairs):   # each panel with its own reason, titles shared or not
+            said = [title for title, why in pairs if why == reason]
             print(f"{name}: no data, as expected here ({reason}), for {', '.join(said)}", file=sys.stderr)
     for name, panels in report.library_panels.items():  # their queries live in Grafana's library, not in the file
         print(f"{name}: library panels drawn as placeholders: {', '.join(panels)}", file=sys.stderr)

@@ -401,4 +401,71 @@ def test_a_panel_drawing_a_server_side_expression_of_a_hidden_query_is_not_a_pan
     assert report.empty_panels == {"board": []} and report.not_applicable == {"board": ["Doubled"]}
     assert report.series == {"board": {"Temperature": len(GPUS), "Doubled": 0}}
     asked = [q.get("query") for q in fake_prometheus.queries]
-    assert "gpu:temp" in asked and "gpu:temp_hidden" not in asked, "nor is the hidden query run here"
+    assert "gpu:temp" in asked and "gpu:temp_hidden" in asked, "the hidden query is run, its series not drawn"
+
+
+def _render_board(tmp_path, panels: list[dict], missing: tuple[str, ...]) -> tuple[int, dr.RenderReport]:
+    """`panels` as one dashboard, "board", against a fake Prometheus without `missing`: the exit status of
+    `dashboards render --require-data` and the report of a render."""
+    (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": panels}))
+    fake = FakePrometheus(missing=missing)
+    try:
+        code = cli.main(["dashboards", "render", "--prometheus", fake.url, "--out", str(tmp_path / "png"),
+                         "--dashboards-dir", str(tmp_path), "--require-data"])
+        return code, dr.render(fake.url, tmp_path / "again", dashboards_dir=tmp_path, end=1_700_000_000)
+    finally:
+        fake.close()
+
+
+@pytest.mark.parametrize("leftover", [
+    pytest.param([], id="only the expression's hidden input"),
+    pytest.param([{"refId": "C"}], id="and a leftover target without expr"),
+    pytest.param([{"refId": "C", "datasource": {"type": "prometheus", "uid": "prom"}}],
+                 id="and a Prometheus target without expr"),
+])
+def test_a_server_side_expression_whose_hidden_input_returns_nothing_is_a_panel_without_data(tmp_path, capsys,
+                                                                                              leftover):
+    """B = $A * 2 with A a missing series: Grafana shows "No data", so --require-data fails (audit a14). It was
+    excused as "server-side expression, not evaluated here" whatever its input returned, exit 0."""
+    grid = {"x": 0, "y": 0, "w": 12, "h": 8}
+    doubled = {"type": "stat", "title": "Doubled", "gridPos": grid | {"x": 12},
+               "targets": [{"refId": "A", "expr": "gpu:temp_missing", "hide": True},
+                           {"refId": "B", "datasource": EXPR_REF, "type": "math", "expression": "$A * 2"},
+                           *leftover]}
+    panels = [{"type": "stat", "title": "Temperature", "gridPos": grid, "targets": [{"expr": "gpu:temp"}]}, doubled]
+    code, report = _render_board(tmp_path, panels, ("gpu:temp_missing",))
+    err = capsys.readouterr().err
+    assert code == 1 and "board: no data for Doubled" in err and "server-side expression" not in err, err
+    assert report.empty_panels == {"board": ["Doubled"]} and report.not_applicable == {}
+    assert report.not_applicable_why == {}
+
+
+def test_a_server_side_expression_of_another_data_source_s_query_is_not_a_panel_without_data(fake_prometheus,
+                                                                                              tmp_path):
+    """An expression over a query this renderer cannot run (a SQL target, no `expr`) may well have data in Grafana:
+    listed apart with the expression's reason, not counted."""
+    grid = {"x": 0, "y": 0, "w": 12, "h": 8}
+    targets = [{"refId": "A", "datasource": {"type": "postgres", "uid": "pg"}, "rawSql": "SELECT 1", "hide": True},
+               {"refId": "B", "datasource": EXPR_REF, "type": "math", "expression": "$A * 2"}]
+    (tmp_path / "board.json").write_text(json.dumps(
+        {"title": "t", "panels": [{"type": "stat", "title": "Doubled", "gridPos": grid, "targets": targets}]}))
+    report = dr.render(fake_prometheus.url, tmp_path / "png", dashboards_dir=tmp_path, end=1_700_000_000)
+    assert report.empty_panels == {"board": []} and report.not_applicable == {"board": ["Doubled"]}
+    assert report.not_applicable_why == {"board": [("Doubled", dr.EXPRESSION_WHY)]}
+
+
+def test_two_panels_sharing_a_title_are_each_said_with_their_own_reason(tmp_path, capsys):
+    """A MIG panel and a server-side expression's, both titled "X": each is listed with its own reason. The reasons
+    were kept by title, so the second overwrote the first and both were said with one reason (audit a14)."""
+    grid = {"x": 0, "y": 0, "w": 12, "h": 8}
+    mig = {"type": "stat", "title": "X", "gridPos": grid, "targets": [{"expr": "gpu_instance:sm_active"}]}
+    expression = {"type": "stat", "title": "X", "gridPos": grid | {"x": 12},
+                  "targets": [{"refId": "A", "expr": "gpu:temp", "hide": True},
+                              {"refId": "B", "datasource": EXPR_REF, "type": "math", "expression": "$A * 2"}]}
+    code, report = _render_board(tmp_path, [mig, expression], ("gpu_instance:",))
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "board: no data, as expected here (no MIG GPU in this Prometheus), for X" in err, err
+    assert f"board: no data, as expected here ({dr.EXPRESSION_WHY}), for X" in err, err
+    assert report.not_applicable == {"board": ["X", "X"]}
+    assert report.not_applicable_why == {"board": [("X", "no MIG GPU in this Prometheus"), ("X", dr.EXPRESSION_WHY)]}
