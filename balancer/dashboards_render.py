@@ -490,7 +490,7 @@ class _Renderer:
         targets = panel.get("targets", [])
         if not any(is_expression(t) and not t.get("hide") for t in targets):
             return False
-        if any(other_source(t) for t in targets):
+        if any(other_source(t, panel.get("datasource")) for t in targets):
             return True
         hidden = [t["expr"] for t in targets if t.get("hide") and t.get("expr") and not is_expression(t)]
         return any(len(s.values) for expr in hidden for s in self.run({}, expr, variables))
@@ -520,12 +520,12 @@ def is_expression(target: dict) -> bool:
     return any(name in ("__expr__", "Expression", "-100") for name in names)
 
 
-def other_source(target: dict) -> bool:
+def other_source(target: dict, panel_source: object = None) -> bool:
     """A target of a data source this renderer does not run (SQL, a plugin's): no server-side expression, no `expr`,
-    and its own data source reference names a type other than Prometheus. A leftover `{"refId": "A"}`, or one naming
-    Prometheus or its data source by name or uid only, is not: it is a Prometheus target without a query, which
-    Grafana leaves out."""
-    ref = target.get("datasource")
+    and its data source reference (its own, else its panel's, `panel_source`, as older dashboards keep it) names a
+    type other than Prometheus. A leftover `{"refId": "A"}`, or one naming Prometheus or its data source by name or
+    uid only, is not: it is a Prometheus target without a query, which Grafana leaves out."""
+    ref = target.get("datasource") or panel_source
     return (not is_expression(target) and not target.get("expr") and isinstance(ref, dict)
             and ref.get("type") not in (None, "", "prometheus"))
 

@@ -557,6 +557,8 @@ def _origin(origin: str | pd.Timestamp | None, path: str) -> pd.Timestamp:
     """ServeGen's window_start_s = 0 as a UTC time from 1970 to 2100: a year such as 9999 overflowed pandas'
     nanosecond times (a traceback) once the windows were added to it."""
     allowed = "an ISO-8601 timestamp from 1970 to 2100"
+    if isinstance(origin, str) and origin.strip().lower() in _CLOCK_WORDS:   # the wall clock: a backtest not repeatable
+        raise InputError(path, "origin", origin, allowed)
     try:
         org = SERVEGEN_EPOCH if origin is None else pd.Timestamp(origin)
     except (ValueError, TypeError, OverflowError) as exc:   # OutOfBoundsDatetime is a ValueError

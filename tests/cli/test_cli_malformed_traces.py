@@ -48,7 +48,7 @@ def test_a_calibration_history_with_true_false_times_exits_2(tmp_path, capsys):
     assert line.startswith(f"gputide: error: {history}: field 'timestamp': invalid value "), line
 
 
-@pytest.mark.parametrize("origin", ["9999-01-01", "NaT"])
+@pytest.mark.parametrize("origin", ["9999-01-01", "NaT", "now", "today", " Now "])
 def test_a_servegen_origin_outside_1970_to_2100_exits_2(tmp_path, capsys, origin):
     folder = tmp_path / "servegen"
     folder.mkdir()

@@ -92,3 +92,15 @@ def test_a_csv_trace_spanning_one_own_step_is_refused_naming_its_own_step(tmp_pa
     named = f"field '--step': invalid value {float(step)!r}; allowed: a --step of {every_s:g} seconds plays it"
     assert named in err, err
     assert _simulate(tmp_path, trace, every_s) == 0, capsys.readouterr().err
+
+
+def test_a_one_step_trace_at_an_uneven_step_is_told_a_step_that_plays_it(tmp_path, capsys):
+    """Its own step of 12.345678 s was printed with 6 digits, 12.3457: above its own step, so the named --step
+    reloaded it into one step and was refused with the same message (audit a15). Named rounded down, it plays."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(f"timestamp,value\n{START}.000000,10\n{START + 12}.345678,14\n")
+    assert _simulate(tmp_path, trace, 60) == 2
+    err = capsys.readouterr().err
+    named = re.search(r"a --step of ([0-9.]+) seconds plays it", err)
+    assert named and float(named.group(1)) <= 12.345678, err
+    assert _simulate(tmp_path, trace, named.group(1)) == 0, capsys.readouterr().err

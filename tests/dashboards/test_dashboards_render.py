@@ -454,6 +454,19 @@ def test_a_server_side_expression_of_another_data_source_s_query_is_not_a_panel_
     assert report.not_applicable_why == {"board": [("Doubled", dr.EXPRESSION_WHY)]}
 
 
+def test_an_expression_over_a_query_of_its_panels_data_source_is_not_a_panel_without_data(fake_prometheus, tmp_path):
+    """An older dashboard keeps the data source on the panel, its SQL target naming none: the expression over it may
+    well have data in Grafana, so it is listed apart, not counted (it was counted: audit a15)."""
+    grid = {"x": 0, "y": 0, "w": 12, "h": 8}
+    targets = [{"refId": "A", "rawSql": "SELECT 1", "hide": True},
+               {"refId": "B", "datasource": EXPR_REF, "type": "math", "expression": "$A * 2"}]
+    panel = {"type": "stat", "title": "Doubled", "gridPos": grid, "targets": targets,
+             "datasource": {"type": "postgres", "uid": "pg"}}
+    (tmp_path / "board.json").write_text(json.dumps({"title": "t", "panels": [panel]}))
+    report = dr.render(fake_prometheus.url, tmp_path / "png", dashboards_dir=tmp_path, end=1_700_000_000)
+    assert report.empty_panels == {"board": []} and report.not_applicable == {"board": ["Doubled"]}
+
+
 def test_two_panels_sharing_a_title_are_each_said_with_their_own_reason(tmp_path, capsys):
     """A MIG panel and a server-side expression's, both titled "X": each is listed with its own reason. The reasons
     were kept by title, so the second overwrote the first and both were said with one reason (audit a14)."""
