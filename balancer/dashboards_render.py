@@ -146,10 +146,8 @@ class RenderReport:
     written: list[Path] = field(default_factory=list)
     empty_panels: dict[str, list[str]] = field(default_factory=dict)
     # per dashboard, the empty panels that show hardware this Prometheus has none of (MIG), or a server-side
-    # expression's result (not evaluated here): not a missing series
-    not_applicable: dict[str, list[str]] = field(default_factory=dict)
-    # per dashboard, each panel of `not_applicable` (in its order) with its reason: (title, why) pairs, not a dict by
-    # title, as two panels may share a title (one MIG's, one an expression's) and each keeps its own reason
+    # expression's result (not evaluated here), not a missing series, each with its reason: (title, why) pairs, not a
+    # dict by title, as two panels may share a title (one MIG's, one an expression's) and each keeps its own reason
     not_applicable_why: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     series: dict[str, dict[str, int]] = field(default_factory=dict)
     # per dashboard, the library panels (a reference to a panel kept in Grafana's library, its queries not in the
@@ -157,6 +155,11 @@ class RenderReport:
     library_panels: dict[str, list[str]] = field(default_factory=dict)
     # per dashboard, each annotation drawn: (name, matplotlib colour, event times)
     markers: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
+
+    @property
+    def not_applicable(self) -> dict[str, list[str]]:
+        """Per dashboard, the titles of `not_applicable_why`, in its order."""
+        return {name: [title for title, _ in pairs] for name, pairs in self.not_applicable_why.items()}
 
 
 @dataclass(frozen=True)
@@ -578,9 +581,9 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
     data = answer.data
     report.series[name][panel.get("title", "")] = len(data)
     if not data:
-        (report.empty_panels[name] if answer.counted_empty else report.not_applicable.setdefault(name, [])).append(
-            panel.get("title", ""))
-        if answer.why:
+        if answer.counted_empty:
+            report.empty_panels[name].append(panel.get("title", ""))
+        else:
             report.not_applicable_why.setdefault(name, []).append((panel.get("title", ""), answer.why))
         ax.axis("off")
         ax.text(0.5, 0.5, f"No data ({answer.why})" if answer.why else "No data", ha="center", va="center",

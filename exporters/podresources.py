@@ -109,7 +109,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from exporters.backends.base import MIG_GPU_UNKNOWN, GpuIdentity, GpuReadings, MigLookup, WorkloadInfo
 from exporters.backends.nvml_mig import gpu_instance_profile
-from exporters.health import CollectHealth, Collection, current_collection
+from exporters.health import CollectHealth, current_collection
 
 log = logging.getLogger(__name__)
 
@@ -324,8 +324,8 @@ class PodAttribution:
         self._up = False
         self._unmatched = self._unresolved = 0
         self._failing_since: float | None = None   # when the first silent collection of this outage began
-        # the health and the first silent collection, where `CollectHealth.run` ran it
-        self._down_in: tuple[CollectHealth, Collection] | None = None
+        # the health and the number of the first silent collection (its `seq`), where `CollectHealth.run` ran it
+        self._down_in: tuple[CollectHealth, int] | None = None
         self._down_for_all_from: float | None = None   # T (module docstring), on `clock`
         # (namespace, pod, resource, device ID) -> the number of the kubelet answer it first appeared in
         self._first_seen: dict[tuple[str, str, str, str], int] = {}
@@ -344,7 +344,8 @@ class PodAttribution:
             self._up = False
             first = self._failing_since is None
             if first:
-                self._failing_since, self._down_in, self._down_for_all_from = now, current_collection(), None
+                at = current_collection()
+                self._failing_since, self._down_in, self._down_for_all_from = now, at and (at[0], at[1].seq), None
                 log.warning("kubelet PodResources at %s not answering (%s); keeping the last answer (%.0f s old) "
                             "for %s", getattr(self.client, "socket", "?"),
                             exc.code() if hasattr(exc, "code") else exc, now - self._answered_at,
@@ -395,7 +396,7 @@ class PodAttribution:
             return True
         health, first = self._down_in
         last = health.last_complete
-        return last is not None and last.seq >= first.seq
+        return last is not None and last.seq >= first
 
     def _settled(self, allocations: list[Allocation]) -> list[Allocation]:
         """`allocations` less the claims on a device ID that a pod which appeared later claims too (module

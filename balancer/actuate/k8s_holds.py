@@ -62,8 +62,13 @@ from balancer.errors import ActuationError
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-# what may hold a pod whose room is not coming there (`Holds._not_coming_said`)
-_NOT_COMING_HINTS = {"stuck": ": a finalizer, or a kubelet that hangs?", "back": " (a DaemonSet's or a static pod's)"}
+# why a pod a hold waits for leaves no room there (`Holds._not_coming`), as `Holds._not_coming_said` words it:
+# (reason, what follows "waited for", said of one pod, of several, what may hold it)
+_NOT_COMING = (
+    ("stuck", ",", "is stuck terminating past its grace", "are stuck terminating past their grace",
+     ": a finalizer, or a kubelet that hangs?"),
+    ("back", ",", "is made again on its node", "are made again on their node", " (a DaemonSet's or a static pod's)"),
+    ("late", ":", "its grace ends after the hour a hold lasts", "their graces end after the hour a hold lasts", ""))
 
 
 class Holds:
@@ -331,13 +336,9 @@ class Holds:
         hangs?", "Y, waited for, is made again on its node (...)", "Z, waited for: its grace ends after the hour a
         hold lasts"."""
         said = []
-        for reason, one, many in (
-                ("stuck", "is stuck terminating past its grace", "are stuck terminating past their grace"),
-                ("back", "is made again on its node", "are made again on their node"),
-                ("late", "its grace ends after the hour a hold lasts", "their graces end after the hour a hold lasts")):
+        for reason, sep, one, many, hint in _NOT_COMING:
             if keys := sorted(k for k, r in why.items() if r == reason):
-                said.append(f"{', '.join(keys)}, waited for{':' if reason == 'late' else ','} "
-                            f"{one if len(keys) == 1 else many}{_NOT_COMING_HINTS.get(reason, '')}")
+                said.append(f"{', '.join(keys)}, waited for{sep} {one if len(keys) == 1 else many}{hint}")
         return "; ".join(said)
 
     def _give_back(self, req: Json, i: int, view: list[Json], offers: Offers) -> str:

@@ -46,6 +46,14 @@ MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on a
 _WALL = time.time   # the real wall clock (as imported: a test that patches time.time later changes nothing here)
 
 
+
+def _record(spec: dict) -> tuple:
+    """What of a Lease's spec is watched for change (`_observed`): holder, renewTime, transitions and
+    leaseDurationSeconds (client-go's record adds acquireTime, which no write changes alone), so an edit of
+    leaseDurationSeconds alone restarts the count too."""
+    return (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"),
+            spec.get("leaseDurationSeconds"))
+
 class LeaseLeaderElector:
     """client-go style leader election on a coordination.k8s.io/v1 Lease: call `try_acquire_or_renew()` often
     enough (within the renew deadline), or `start()` a renewer thread that does.
@@ -191,9 +199,7 @@ class LeaseLeaderElector:
             return self.is_leader
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        # holder, renewTime, transitions and leaseDurationSeconds compared (client-go's record adds acquireTime, which
-        # no write changes alone): an edit of leaseDurationSeconds alone restarts the count too
-        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"), spec.get("leaseDurationSeconds"))
+        record = _record(spec)
         if record != self._observed:   # when WE saw it change, on our clock: the holder's renewTime is not trusted
             self._observed, self._observed_at = record, tick
         duration = self._observed_for = int(spec.get("leaseDurationSeconds") or self.lease_duration_s)
@@ -387,8 +393,7 @@ class LeaseLeaderElector:
             return self.is_leader
         spec = written.get("spec") or {}
         self._persisted = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
-        self._observed = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"),
-                          spec.get("leaseDurationSeconds"))
+        self._observed = _record(spec)
         self._observed_at = self._renewed_at = tick
         return True
 

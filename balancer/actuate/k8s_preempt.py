@@ -879,7 +879,7 @@ class Preemptor:
         (`noted`: the victims left, those still terminating, the hold renewed while they do, cut short once they
         are all gone). `stuck`: where the hold reached its cap, the victims found still terminating there
         (`k8s_stuck`; None: not asked), the only ones it is then renewed for. `going`: of `running`, those whose room
-        is coming (`room_coming`; None: all of them): the hold is renewed for a pod it only waits for (`AWAITED`)
+        is coming (`room_coming`): the hold is renewed for a pod it only waits for (`AWAITED`)
         while that pod's room is coming; a pod made again under its name there (a StatefulSet's web-0), running,
         frees nothing and was counted as leaving, the hold renewed for it up to the hour, and one stuck past its
         grace was renewed for past the hour, for ever. (A victim evicted is matched by name, as before:

@@ -223,7 +223,7 @@ def _too_few_steps(path: str, fmt: str, step_s: float, fine: Any) -> InputError:
         detail = "a requests log's first and last steps, partly covered, are not observed"
     else:
         limit, why, detail = span - own, f"the trace's {span:g}s span less its own {own:g}s step", ""
-    if limit < 1 and fmt != "requests" and len(observed) > 1:   # two observed steps, one apart: --step own plays
+    if limit < 1 and fmt != "requests":   # two observed steps (load_demand refuses fewer), one apart: --step own plays
         named = f"{math.floor(own * 1e6) / 1e6:.6f}".rstrip("0").rstrip(".")   # never past its own step (:g rounded up)
         return InputError(path, "--step", step_s, f"a --step of {named} seconds plays it (the trace's own step; it "
                           f"spans {span:g}s)")

@@ -67,8 +67,10 @@ def run_render(args: argparse.Namespace) -> int:
     for name, panels in empty.items():
         print(f"{name}: no data for {', '.join(panels)}", file=sys.stderr)
     for name, pairs in report.not_applicable_why.items():  # not a failure of --require-data: nothing to show here
-        for reason in dict.fromkeys(why for _, why in pairs):   # each panel with its own reason, titles shared or not
-            said = [title for title, why in pairs if why == reason]
+        by_reason: dict[str, list[str]] = {}   # each panel with its own reason, titles shared or not
+        for title, why in pairs:
+            by_reason.setdefault(why, []).append(title)
+        for reason, said in by_reason.items():
             print(f"{name}: no data, as expected here ({reason}), for {', '.join(said)}", file=sys.stderr)
     for name, panels in report.library_panels.items():  # their queries live in Grafana's library, not in the file
         print(f"{name}: library panels drawn as placeholders: {', '.join(panels)}", file=sys.stderr)

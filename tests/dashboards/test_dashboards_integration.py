@@ -228,7 +228,7 @@ CHARGEBACK_UID = "gputide-chargeback"
 
 def _merge(report: dr.RenderReport, more: dr.RenderReport) -> None:
     report.written += more.written
-    for name in ("empty_panels", "not_applicable", "series", "markers"):
+    for name in ("empty_panels", "not_applicable_why", "series", "markers"):
         getattr(report, name).update(getattr(more, name))
 
 
