@@ -69,6 +69,9 @@ MOST_SPEED = 1_000.0
 # so one given where nothing reads it is refused (`only_where_read`), not ignored
 SIM_DEFAULTS = {"speed": 60.0, "seed": 0}   # the simulated fleet's: NVML serves this machine's GPUs
 CAPS_INTERVAL_S = 10.0   # the power-cap agent's, which runs only with --power-caps-file
+# the flags only the sim backend reads: {flag: (attribute, default)}
+SIM_ONLY = {"--fleet": ("fleet", None), "--node": ("node", None), "--speed": ("speed", SIM_DEFAULTS["speed"]),
+            "--seed": ("seed", SIM_DEFAULTS["seed"])}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -144,9 +147,7 @@ def only_where_read(args: argparse.Namespace) -> None:
     --fleet, --node, --speed and --seed drive the simulated fleet: with --backend nvml, `--speed 600` served real
     GPUs at their own pace and exited 0. --caps-interval paces the power-cap agent, which runs only with
     --power-caps-file: without it, `--caps-interval 1` read no file at all."""
-    sim_flags = {"--fleet": ("fleet", None), "--node": ("node", None), "--speed": ("speed", SIM_DEFAULTS["speed"]),
-                 "--seed": ("seed", SIM_DEFAULTS["seed"])}
-    only_with(args, sim_flags, args.backend != "nvml", "only with --backend sim (NVML serves this machine's GPUs)")
+    only_with(args, SIM_ONLY, args.backend != "nvml", "only with --backend sim (NVML serves this machine's GPUs)")
     only_with(args, {"--caps-interval": ("caps_interval", CAPS_INTERVAL_S)}, bool(args.power_caps_file),
               "only with --power-caps-file (it is how often the power-cap agent reads that file; without it no "
               "agent runs)")
