@@ -256,6 +256,12 @@ def runs_at(limit: PowerLimit, cap_w: float) -> bool:
     return abs(limit.current_w - in_force(cap_w, limit)) <= TOLERANCE_W
 
 
+def runs_held_at(limit: PowerLimit, cap_w: float, held: Held) -> bool:
+    """Whether a GPU runs at a cap of `cap_w` as gputide asks it, held to the limit before its cap (never raised
+    above it): the one test by which `_landed` and `_held_down` tell a first cap in force, so they cannot drift."""
+    return runs_at(limit, min(cap_w, held.before_w))
+
+
 def holds(limit: PowerLimit, cap_w: float) -> bool:
     """Whether a GPU still runs at the cap gputide set (`cap_w`) and under its default: gputide's to give back."""
     return runs_at(limit, cap_w) and limit.current_w < limit.default_w - TOLERANCE_W
@@ -599,7 +605,7 @@ class PowerCapAgent:
         before back, not the default."""
         if held.refused or limit is None or math.isnan(limit.current_w) \
                 or abs(limit.current_w - held.before_w) <= TOLERANCE_W \
-                or not runs_at(limit, min(cap_w, held.before_w)):
+                or not runs_held_at(limit, cap_w, held):
             return False
         self._keep(lambda: self.before.put(uuid, held._replace(set_w=limit.current_w)))
         return True
@@ -615,7 +621,7 @@ class PowerCapAgent:
         for uuid, watts in requests.items():
             held = self.before.get(uuid)
             limit = None if limits is None else limits.get(uuid)
-            if held is not None and held.refused and limit is not None and runs_at(limit, min(watts, held.before_w)):
+            if held is not None and held.refused and limit is not None and runs_held_at(limit, watts, held):
                 continue   # not failed either: what it asks for is in force
             if held is None and watts != RESTORE and limit is not None:
                 if self._unread(uuid, limit):
