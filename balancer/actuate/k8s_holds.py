@@ -95,11 +95,12 @@ class Holds:
         self._bound: Callable[[], Iterable[Usage]] = tuple
         self._by_node: dict[str, list[Usage]] | None = None
         self._evicted: dict[str, list[Usage]] = {}   # node -> the pods evicted from it in this pass (`_leaving`)
+        self._freed: dict[str, list[Usage]] = {}   # node -> its pods an eviction found gone in this pass (`_leaving`)
 
     def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
         """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere."""
         self.preempted, self.starving, self.stuck = [], [], []
-        self._bound, self._by_node, self._evicted = bound, None, {}
+        self._bound, self._by_node, self._evicted, self._freed = bound, None, {}, {}
 
     def for_unplaced(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers, now: float) -> str:
         """For a pod no node has room for (`offers` was last asked about it): preempt, else hold a node if it
@@ -135,7 +136,7 @@ class Holds:
             log.warning("scheduler %s: preemption for %s failed: %s", self.scheduler_name, req["name"], err)
             return f" preemption failed: {err}."
         gone = {v.key for v in choice.victims} - set(done.left)
-        self._off(bound, choice.node, gone)
+        self._off(bound, choice.node, gone, [*done.gone, *done.went])
         self._hold(req, index[choice.node], view, offers, done.entry)
         self._clear_lower(req, index[choice.node], view, offers)
         self.preempted += [(v, choice.node) for v in done.evicted]   # not those gone or terminating: no eviction
@@ -273,7 +274,7 @@ class Holds:
             return self._room_taken(req, i, view, offers, left, refusal)
         stuck = stuck_victims(self.preemptor, req, node, entry, running, refusal, self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck, going)
-        self._off(bound, node, done.done)
+        self._off(bound, node, done.done, [*done.gone, *done.went])
         if done.give_back and not self.preemptor.halted():   # a victim that does not answer: no hold for ever
             self.preempted += [(v, node) for v in done.evicted]   # found gone after an earlier unanswered eviction
             log.info("scheduler %s: %s: %s: the node given back", self.scheduler_name, key, done.error)
@@ -581,14 +582,16 @@ class Holds:
             for key in gone:
                 self.preemptor.release(name, key)
 
-    def _off(self, bound: dict[str, list[Usage]], node: str, evicted: Collection[str]) -> None:
+    def _off(self, bound: dict[str, list[Usage]], node: str, evicted: Collection[str], gone: Collection[str]) -> None:
         """The pods `evicted` from `node` for a preemption are no one else's victims for the rest of the pass: off
-        `bound`, kept apart as leaving the node (`_leaving`)."""
-        kept, gone = [], []
+        `bound`, kept apart as leaving the node (`_leaving`); those of them its eviction found `gone` already (404,
+        or gone after an earlier unanswered eviction: `Evictions.gone`, `went`) apart again, as freed."""
+        kept, leaving, freed = [], [], []
         for u in bound.get(node, ()):
-            (gone if u.key in evicted else kept).append(u)
+            (kept if u.key not in evicted else freed if u.key in gone else leaving).append(u)
         bound[node] = kept
-        self._evicted.setdefault(node, []).extend(gone)
+        self._evicted.setdefault(node, []).extend(leaving)
+        self._freed.setdefault(node, []).extend(freed)
 
     @staticmethod
     def _judged(on_node: Iterable[Usage], entry: Json, now: float) -> tuple[set[str], set[str], list[Usage]]:
@@ -630,7 +633,10 @@ class Holds:
         that no longer holds. One a preemption's eviction found terminating (its owner deleting it since the list, so
         within its grace) is only waited for (`AWAITED`), and judged by that stale reading (not terminating) its room
         was not coming: another hold on the node resumed later in the pass was given back as though others took the room
-        it frees."""
+        it frees. One found gone by an eviction in the pass (`_freed`: 404, or gone after an earlier unanswered
+        eviction) is named by no hold (nothing to wait for), yet the pass's view of the node still counts its room as
+        taken: it is counted whatever names it, its room free. Counted only where named, it was not, and such a hold
+        was given back in the same pass as though others took the room."""
         named, sure = set(), set()   # named by a hold; named by one that does not only wait for it
         for e in node["reservations"].values():
             victims, waited = {k for f in (LEFT, EVICTED) for k in e.get(f) or ()}, set(awaited_of(e))
@@ -638,7 +644,7 @@ class Holds:
             sure |= victims - waited
         return [*(u for u in self._bound_by_node().get(node["name"], ())
                   if u.key in sure or u.key in named and u.key in going),
-                *(u for u in self._evicted.get(node["name"], ()) if u.key in named)]
+                *(u for u in self._evicted.get(node["name"], ()) if u.key in named), *self._freed.get(node["name"], ())]
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a

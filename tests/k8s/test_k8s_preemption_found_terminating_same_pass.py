@@ -17,11 +17,9 @@ from balancer.actuate.kubernetes import rfc3339
 GRACE_S = 600
 
 
-def test_a_victim_found_terminating_frees_room_for_the_holds_resumed_after_it_in_the_pass(kube: FakeKube, api, clock):
-    """a (8 GPUs): w (priority 1) and x (priority 2) bound; q (4 GPUs, priority 100) evicts w. At the next pass p (as
-    important as q, so q's hold is held against it, and first by name) waits for w and chooses x, which its owner
-    deletes as p's eviction reads it: p holds a waiting for both, and q, resumed after it, still has w and x leaving
-    for the 8 GPUs the two holds take."""
+def q_evicted_w(kube: FakeKube, api, clock) -> SecondaryScheduler:
+    """a (8 GPUs): w (priority 1) and x (priority 2) bound; q (4 GPUs, priority 100) evicts w, which terminates; then
+    p (4 GPUs, priority 100) comes: the scheduler."""
     for obj in (node("a", 8), bound("w", "a", 4, 1), bound("x", "a", 4, 2), pending("q", 4, 100)):
         kube.add(obj)
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
@@ -29,6 +27,15 @@ def test_a_victim_found_terminating_frees_room_for_the_holds_resumed_after_it_in
     assert sched.preempted == [("default/w", "a")]
     going(kube, "w", "a", 4, 1, clock.now + GRACE_S)                  # as its kubelet keeps it while it terminates
     kube.add(pending("p", 4, 100))
+    return sched
+
+
+def test_a_victim_found_terminating_frees_room_for_the_holds_resumed_after_it_in_the_pass(kube: FakeKube, api, clock):
+    """a (8 GPUs): w (priority 1) and x (priority 2) bound; q (4 GPUs, priority 100) evicts w. At the next pass p (as
+    important as q, so q's hold is held against it, and first by name) waits for w and chooses x, which its owner
+    deletes as p's eviction reads it: p holds a waiting for both, and q, resumed after it, still has w and x leaving
+    for the 8 GPUs the two holds take."""
+    sched = q_evicted_w(kube, api, clock)
     ends = clock.now + GRACE_S
     kube.before("GET", r"/namespaces/default/pods/x$", lambda: kube.mutate(
         "pods", "x", "default", {"metadata": {"deletionTimestamp": rfc3339(ends)}}))
