@@ -370,9 +370,10 @@ class PowerCapAgent:
         return {uuid: watts for uuid, watts in requests.items() if (wait := self._backoff.get(uuid)) is None
                 or self._syncs - wait.sync >= wait.gap or self.clock() - wait.at >= REFUSAL_BACKOFF_MAX_S}
 
-    def _back_off(self, uuid: str, want: Entry | None, why: str) -> None:
-        """`uuid`'s Set for `want` refused for good: asked again after the next sync begins if it was not waiting
-        (logged, once), else after twice the syncs it waited (as many once it has waited the longest)."""
+    def _back_off(self, uuid: str, kind: str, why: str) -> None:
+        """`uuid`'s Set for a request of `kind` (`_kind`: all a wait keeps of it) refused for good: asked again after
+        the next sync begins if it was not waiting (logged, once), else after twice the syncs it waited (as many once
+        it has waited the longest)."""
         now, was = self.clock(), self._backoff.get(uuid)
         if was is None:
             log.error("the driver refuses the power-limit Set of %s (%s): not set; asked again at the next sync, then "
@@ -381,7 +382,7 @@ class PowerCapAgent:
             gap = 1
         else:
             gap = was.gap if now - was.at >= REFUSAL_BACKOFF_MAX_S else was.gap * 2
-        self._backoff[uuid] = Backoff(_kind(want), why, self._syncs, now, gap)
+        self._backoff[uuid] = Backoff(kind, why, self._syncs, now, gap)
 
     def _backed_off_done(self, requests: Mapping[str, float], applied: Mapping[str, float]) -> None:
         """GPUs that waited out a refusal for good, asked this sync and not refused so again: they wait no more. One
@@ -521,7 +522,7 @@ class PowerCapAgent:
             for_good = {uuid for uuid, why in err.refused.items() if uuid in requests and uuid not in err.pending
                         and why.startswith(REFUSED_FOR_GOOD)}
             for uuid in for_good:   # logged once, not here; failed at each sync (`_refusing`)
-                self._back_off(uuid, wanted.get(uuid), err.refused[uuid])
+                self._back_off(uuid, _kind(wanted.get(uuid)), err.refused[uuid])
             if others := "; ".join(f"{uuid}: {why}" for uuid, why in err.refused.items() if uuid not in for_good):
                 self.failed = "; ".join(filter(None, (self.failed, f"the driver refused: {others}")))
                 log.error("power caps not applied: %s", others)
