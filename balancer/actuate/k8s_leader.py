@@ -100,9 +100,10 @@ class LeaseLeaderElector:
         self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions, duration) last seen
         self._observed_at = 0.0                          # our monotonic clock when we saw the record change
         self._observed_for = self.lease_duration_s       # the leaseDurationSeconds last seen on the Lease
-        # (leaseDurationSeconds, seconds watched) of `await_lease`'s last wait if it reached its end (not cut short:
-        # SIGTERM, a renewal); `outwaited()` says what that wait did, not what the Lease's duration would make it
-        self._waited_out: tuple[int, int] | None = None
+        # `await_lease`'s verdict on its last wait, reached as it ended (`outwaited()` returns it): (holder,
+        # leaseDurationSeconds, seconds watched) if it watched another identity's Lease unchanged to its end, cut
+        # short of the Lease's duration; None otherwise (taken, renewed, out of reach, cut short: SIGTERM)
+        self._outwaited: tuple[str, int, int] | None = None
         self._renewed_at: float | None = None            # our monotonic clock at our last successful write as holder
         self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
@@ -257,7 +258,7 @@ class LeaseLeaderElector:
         neither taken nor seen renewed, `outwaited()` says so for the caller to report, not exit a standby; a wait
         cut short (SIGTERM, `release()`) is a standby's, however late in the wait it came."""
         with self._lock:
-            self._waited_out = None
+            self._outwaited = None
             seen, since, duration = self._observed, self._observed_at, self._observed_for
             if self.is_leader or self.last_failure is not None or seen is None or seen[0] in ("", self.identity):
                 return self.is_leader
@@ -283,8 +284,9 @@ class LeaseLeaderElector:
                     step, most, deadline, tries = self._watch(since, duration)
         if stopping() or self._halt.is_set():   # in the last try's calls: cut short, not waited out (a standby)
             return self.is_leader
-        with self._lock:
-            self._waited_out = duration, most
+        with self._lock:   # reached its end neither taken nor renewed: watched so long, not the Lease's duration?
+            if duration > most and self._tick() - since >= most:
+                self._outwaited = seen[0], duration, most   # the wait's own figures: what it waited is what is said
         return self.is_leader
 
     def _watch(self, since: float, duration: int) -> tuple[float, int, float, int]:
@@ -319,19 +321,12 @@ class LeaseLeaderElector:
     def outwaited(self) -> tuple[str, int, int] | None:
         """(holder, leaseDurationSeconds, seconds watched) of another identity's Lease that `await_lease` watched
         unchanged to the end of its wait (`_most`: shorter than the Lease's duration; the figures that wait used,
-        so what is said is what was waited) and so neither took (a crashed
-        holder's is taken only once unchanged for its own duration) nor saw renewed (a live holder's); None otherwise
-        (held, renewed meanwhile, out of reach, or a wait cut short: SIGTERM, even in its last pause, is a
-        standby's, as the docs say)."""
+        so what is said is what was waited) and so neither took (a crashed holder's is taken only once unchanged
+        for its own duration) nor saw renewed (a live holder's); None otherwise (held, renewed meanwhile, out of
+        reach, or a wait cut short: SIGTERM, even in its last pause, is a standby's, as the docs say). The verdict
+        `await_lease` reached as that wait ended, not judged again here."""
         with self._lock:
-            seen, since, waited = self._observed, self._observed_at, self._waited_out
-            if (waited is None or self.is_leader or self.last_failure is not None or seen is None
-                    or seen[0] in ("", self.identity)):
-                return None
-            duration, most = waited   # the wait's own figures: what it waited is what is said
-            if duration <= most or self._tick() - since < most:
-                return None
-        return seen[0], duration, most
+            return self._outwaited
 
     def _await_step(self, duration: int) -> float:
         """`await_lease`'s pause between tries for a Lease of `duration` s: a sixth of it (as our own retry period
