@@ -266,12 +266,12 @@ class LeaseLeaderElector:
         step, most, deadline, tries = self._watch(since, duration)
         while tries > 0:   # the count of tries also ends it on a clock held still
             tries -= 1
-            if stopping() or self._halt.is_set():
+            if self._cut_short(stopping):
                 return self.is_leader
             if began >= deadline:
                 break
             pause(step)
-            if stopping() or self._halt.is_set():
+            if self._cut_short(stopping):
                 return self.is_leader
             with self._lock:
                 began = self._tick()
@@ -282,12 +282,16 @@ class LeaseLeaderElector:
                 if now_seen != seen:   # its leaseDurationSeconds alone edited, no renewal: watched afresh from now
                     seen, since, duration = now_seen, self._observed_at, self._observed_for
                     step, most, deadline, tries = self._watch(since, duration)
-        if stopping() or self._halt.is_set():   # in the last try's calls: cut short, not waited out (a standby)
+        if self._cut_short(stopping):   # in the last try's calls: cut short, not waited out (a standby)
             return self.is_leader
         with self._lock:   # reached its end neither taken nor renewed: watched so long, not the Lease's duration?
             if duration > most and self._tick() - since >= most:
                 self._outwaited = seen[0], duration, most   # the wait's own figures: what it waited is what is said
         return self.is_leader
+
+    def _cut_short(self, stopping: Callable[[], bool]) -> bool:
+        """Whether `await_lease`'s wait ends now, a standby's: SIGTERM (`stopping()`) or `release()`."""
+        return stopping() or self._halt.is_set()
 
     def _watch(self, since: float, duration: int) -> tuple[float, int, float, int]:
         """`await_lease`'s watch of a Lease of `duration` s whose record we saw change at `since`: its pause, how
