@@ -161,12 +161,8 @@ def load_trace_shape(path: str, fmt: str = "csv", step_s: float | None = None) -
     fmt = fmt or "csv"
     try:
         y = load_demand(path, fmt)
-    except OwnStepTooFine:
-        if step_s is None:
-            raise
-        y = None
-    except InputError as exc:   # field 'step' without a step given: too many steps at its own
-        if step_s is None or exc.field != "step":
+    except InputError as exc:   # its own step under 1s, or too many steps at it (field 'step'): loaded at step_s
+        if step_s is None or not (isinstance(exc, OwnStepTooFine) or exc.field == "step"):
             raise
         y = None
     if step_s is not None and (y is None or _step_of(y) < step_s):
@@ -235,8 +231,9 @@ def _too_few_steps(path: str, fmt: str, step_s: float, fine: Any) -> InputError:
 
 
 def _step_of(y: Any) -> float:
-    """The step a loaded trace is at (its own without a step: `own_step_s`; a requests log's 1 min)."""
-    return float(y.index[1].timestamp() - y.index[0].timestamp()) if len(y) > 1 else 60.0
+    """The step a loaded trace is at (its own without a step: `own_step_s`; a requests log's 1 min): the gap between
+    its first two steps, which `load_demand` always returns (it refuses a trace spanning fewer)."""
+    return float(y.index[1].timestamp() - y.index[0].timestamp())
 
 
 def demand_from_trace(path: str, peak: float, fmt: str = "csv",
