@@ -360,7 +360,7 @@ def _unreadable_end(pod: Any) -> None:
     would hold its node again at every hour, and nothing would say it is stuck (no PreemptionStuck Event,
     `k8s_stuck`), so unsaid an operator could not tell why. Said where its room is judged (`room_coming`: by
     `Preemptor.plan` too, for every terminating pod on a node weighed, whether or not a pod comes to wait for it:
-    "would"). `Usage` keeps no unreadable text (`deleting` is 0.0): the operator reads it from the pod."""
+    "would"). Its text is quoted (`Usage.deleting_raw`), so the operator sees what is wrong with it."""
     said = (pod.key, pod.uid)
     if said in _unreadable_said:
         return
@@ -368,10 +368,10 @@ def _unreadable_end(pod: Any) -> None:
         del _unreadable_said[next(iter(_unreadable_said))]
     _unreadable_said[said] = None
     namespace, _, name = pod.key.rpartition("/")
-    log.warning("pod %s (uid %s) on %s is terminating but its deletionTimestamp cannot be read: taken as within "
-                "its grace, its room coming while it stays (a pod waiting for it would hold node %s again every hour, "
-                "never said stuck); see kubectl get pod -n %s %s -o jsonpath='{.metadata.deletionTimestamp}'",
-                pod.key, pod.uid or "unknown", pod.node, pod.node, namespace, name)
+    log.warning("pod %s (uid %s) on %s is terminating but its deletionTimestamp cannot be read (%r): taken as "
+                "within its grace, its room coming while it stays (a pod waiting for it would hold node %s again every "
+                "hour, never said stuck); see kubectl get pod -n %s %s -o jsonpath='{.metadata.deletionTimestamp}'",
+                pod.key, pod.uid or "unknown", pod.node, pod.deleting_raw, pod.node, namespace, name)
 
 
 def room_coming(pod: Any, now: float) -> bool:

@@ -180,6 +180,9 @@ class Usage(NamedTuple):
     deleting: float = 0.0
     # made again on its node once deleted (a DaemonSet's pod, a static pod's mirror): its room is not coming
     comes_back: bool = False
+    # the text of its `deletionTimestamp` where it is being deleted and that cannot be read ("" otherwise): quoted in
+    # the warning that says so (`k8s_preempt.room_coming`), which could only send the operator to the pod for it
+    deleting_raw: str = ""
 
 
 def pod_usage(pod: Json) -> Usage:
@@ -187,6 +190,8 @@ def pod_usage(pod: Json) -> Usage:
     takes its whole node (`UNREADABLE` of each), logged: nothing more goes there, and the other nodes are used."""
     meta, status = pod["metadata"], pod.get("status") or {}
     key = f"{meta.get('namespace', 'default')}/{meta['name']}"
+    stamp = meta.get("deletionTimestamp")
+    deleting = parse_time(stamp) if stamp else None
     try:
         g, c, m, extended = _requests(pod)
     except KubePermanentError as err:
@@ -198,8 +203,8 @@ def pod_usage(pod: Json) -> Usage:
                  parse_time(status.get("startTime") or meta.get("creationTimestamp")) or 0.0,
                  tuple(sorted((meta.get("labels") or {}).items())),
                  PodAffinity.from_spec(meta.get("namespace", "default"), pod["spec"]).anti, host_ports(pod),
-                 str(meta.get("uid") or ""), bool(meta.get("deletionTimestamp")),
-                 parse_time(meta.get("deletionTimestamp")) or 0.0, comes_back(meta))
+                 str(meta.get("uid") or ""), bool(stamp), deleting or 0.0, comes_back(meta),
+                 str(stamp) if stamp and deleting is None else "")
 
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"   # the kubelet's mirror of a static pod (its file, not the API)

@@ -13,7 +13,7 @@ import test_k8s_preemption_stuck_unreadable as unreadable
 from fakeapi import FakeKube
 
 from balancer.actuate import k8s_preempt
-from balancer.actuate.k8s_reads import Usage
+from balancer.actuate.k8s_reads import Usage, pod_usage
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +33,7 @@ def test_a_pod_waited_for_past_the_hours_is_warned_of_once(kube: FakeKube, api, 
     unreadable.test_a_victim_whose_grace_end_cannot_be_read_is_not_said_stuck_and_is_waited_for(kube, api, clock)
     (one,) = said(caplog)
     assert one.startswith("pod default/train (uid ") and " on a is terminating" in one
+    assert "its deletionTimestamp cannot be read ('not a time')" in one    # quoted: what is wrong with it
     assert "kubectl get pod -n default train" in one
     assert "a pod waiting for it would hold node a again every hour" in one
 
@@ -46,3 +47,17 @@ def test_each_pod_is_warned_of_once_and_a_readable_one_or_one_made_again_never(c
                 unread._replace(terminating=False), unread._replace(key="default/ds", uid="u3", comes_back=True)):
         k8s_preempt.room_coming(pod, 1000.0)
     assert [m.split(" (")[0] for m in said(caplog)] == ["pod default/x", "pod default/y"]
+
+
+def test_the_text_of_an_unreadable_deletion_timestamp_is_kept_and_only_then():
+    """`pod_usage` keeps the text of a `deletionTimestamp` it cannot read (`Usage.deleting_raw`), for the warning to
+    quote; none of one it reads, or of a pod not being deleted."""
+    def usage(stamp: str | None) -> Usage:
+        meta = {"name": "x", "namespace": "default", **({"deletionTimestamp": stamp} if stamp else {})}
+        return pod_usage({"metadata": meta, "spec": {"nodeName": "a", "containers": []}})
+
+    unread = usage("yesterday")
+    assert (unread.terminating, unread.deleting, unread.deleting_raw) == (True, 0.0, "yesterday")
+    read = usage("2026-12-07T10:00:00Z")
+    assert read.terminating and read.deleting > 0 and read.deleting_raw == ""
+    assert usage(None).deleting_raw == ""
