@@ -170,6 +170,14 @@ class _Need:
 
 
 @dataclass(frozen=True)
+class _Among:
+    """A value among `values`, each compared with its type (True is not 1, 0 not False): `text` says them."""
+
+    values: tuple
+    text: str
+
+
+@dataclass(frozen=True)
 class _Each:
     """An object whose every value is `spec` (a `type: value` mapping's options: value -> {text, color})."""
 
@@ -179,9 +187,11 @@ class _Each:
 # What the renderer reads of a dashboard, and nothing more (not Grafana's schema): a key left out takes the
 # renderer's default; a key there must be of its kind, else a TypeError or KeyError deep in the drawing.
 # A target without `expr` (a leftover {"refId": "A"}, a server-side expression) is one Grafana does not run (`queries`);
-# `"expr": null` is one without, as Grafana's filterQuery (`!query.expr`) takes it. `"hide": null` is not hidden, as
-# in Grafana.
-_TARGET = {"expr": (str, type(None)), "legendFormat": str, "hide": (bool, type(None))}
+# `"expr": null` is one without, as Grafana's filterQuery (`query.hide || !query.expr`) takes it. `hide` is read as
+# that filterQuery reads it, truthy: null and 0 shown, 1 hidden, as true (dashboards written by hand or by other tools
+# carry 0/1, as Grafana's own variables' `hide` is a number); any other value is refused, not guessed at.
+_HIDE = _Among((True, False, 0, 1, None), "true or false, 0 or 1, or null")
+_TARGET = {"expr": (str, type(None)), "legendFormat": str, "hide": _HIDE}
 _PANEL = {
     "type": _Need(str), "title": str, "targets": [_TARGET],
     "gridPos": _Need({"x": _Need(int), "y": _Need(int), "w": _Need(int), "h": _Need(int)}),
@@ -229,8 +239,12 @@ def _allowed(spec: object) -> str:
 
 
 def _check(value: object, spec: object, where: str) -> None:
-    """`value` (at `where`) is of `spec`: a type or tuple of types, a {key: spec} object, a [spec] list or _Each."""
-    if isinstance(spec, (type, tuple)):
+    """`value` (at `where`) is of `spec`: a type or tuple of types, one of _Among's values, a {key: spec} object, a
+    [spec] list or _Each."""
+    if isinstance(spec, _Among):
+        if not any(type(value) is type(v) and value == v for v in spec.values):
+            raise _Bad(where, value, spec.text)
+    elif isinstance(spec, (type, tuple)):
         kinds = spec if isinstance(spec, tuple) else (spec,)
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):   # True is no integer
             raise _Bad(where, value, _allowed(spec))

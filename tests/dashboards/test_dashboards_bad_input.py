@@ -57,9 +57,14 @@ def test_a_json_object_that_is_not_a_dashboard_is_refused_naming_file_field_valu
     pytest.param({"title": "t", "panels": [STAT | {"title": 7}]}, "panels[0].title", "7", "a string",
                  id="a panel title not a string"),
     pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": "true"}]}]},
-                 "panels[0].targets[0].hide", "'true'", "true or false or null", id="a query hidden by a string"),
-    pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": 1}]}]},
-                 "panels[0].targets[0].hide", "1", "true or false or null", id="a query hidden by a number"),
+                 "panels[0].targets[0].hide", "'true'", "true or false, 0 or 1, or null",
+                 id="a query hidden by a string"),
+    pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": 2}]}]},
+                 "panels[0].targets[0].hide", "2", "true or false, 0 or 1, or null",
+                 id="a query hidden by a number other than 0 or 1"),
+    pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": 1.0}]}]},
+                 "panels[0].targets[0].hide", "1.0", "true or false, 0 or 1, or null",
+                 id="a query hidden by a fraction"),
     pytest.param({"title": "t", "panels": [STAT | {"fieldConfig": {"defaults": {"unit": ["watt"]}}}]},
                  "panels[0].fieldConfig.defaults.unit", "'(a list)'", "a string", id="a unit not a string"),
     pytest.param({"title": "t", "panels": [STAT | {"transformations": [{"id": "groupingToMatrix",
@@ -348,6 +353,19 @@ def test_a_query_without_its_expression_is_not_run_nor_refused(tmp_path, capsys,
     report, queries = _rendered(tmp_path)
     assert [q for q in queries if q is not None] == ["gpu:temp"]
     assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
+
+
+def test_a_query_hidden_by_1_is_hidden_and_one_by_0_shown(tmp_path, capsys):
+    """Grafana's Prometheus data source leaves out a query whose `hide` is truthy (its filterQuery,
+    `query.hide || !query.expr`): dashboards carry 0/1 for it as well as false/true, and `"hide": 0` was refused,
+    exit 2. 1 hides the query as true does, 0 shows it as false does."""
+    from test_dashboards_render import GPUS
+
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp", "hide": 0},
+                                                             {"expr": "gpu:hidden_by_1", "hide": 1}]}])
+    report, queries = _rendered(tmp_path)
+    assert "gpu:temp" in queries and "gpu:hidden_by_1" not in queries
+    assert report.series == {"board": {"GPUs": len(GPUS)}}
 
 
 def test_a_query_with_hide_null_is_not_hidden(tmp_path, capsys):
