@@ -265,16 +265,17 @@ def _check(value: object, spec: object, where: str) -> None:
 # Grafana's built-in panels that never run queries (their plugin.json says `skipDataQuery: true`): Grafana draws them
 # from their options or its own API, whatever `targets` they hold (a panel changed to text keeps its old ones).
 QUERYLESS_PANELS = frozenset({"text", "news", "dashlist", "alertlist", "annolist", "alertGroups", "pluginlist",
-                              "gettingstarted", "welcome", "live"})
+                              "gettingstarted", "welcome", "live", "alertStateHistory"})
 # Grafana's built-in panels that draw their queries' results: without queries (lost, all removed) Grafana shows one
 # as "No data". A panel of a type in neither set is a plugin's, which may never query (grafana-clock-panel): without a
 # query (a target with an `expr`, hidden or not) it is taken for one that does not, with one for one that does
 # (`shows_data`). Either, drawing a server-side expression whose hidden queries return samples, is not "No data"
-# though nothing is drawn here (`_Renderer.answer`).
+# though nothing is drawn here (`_Renderer.answer`). Both checked against the plugin.json files of Grafana's
+# public/app/plugins/panel (the experimental and preview ones too: datagrid, debug, logstable, logs-new, xychart2).
 QUERY_PANELS = frozenset({"timeseries", "graph", "stat", "singlestat", "gauge", "bargauge", "table", "table-old",
                           "heatmap", "barchart", "piechart", "histogram", "state-timeline", "status-history",
-                          "xychart", "trend", "candlestick", "geomap", "nodeGraph", "logs", "traces", "flamegraph",
-                          "canvas"})
+                          "xychart", "xychart2", "trend", "candlestick", "geomap", "nodeGraph", "logs", "logs-new",
+                          "logstable", "traces", "flamegraph", "canvas", "datagrid", "debug"})
 
 
 def is_library_panel(panel: dict) -> bool:

@@ -296,6 +296,31 @@ def test_a_query_panel_without_queries_is_a_panel_without_data(tmp_path, capsys,
     assert report.empty_panels == {"board": ["Lost"]} and report.series == {"board": {"GPUs": len(GPUS), "Lost": 0}}
 
 
+@pytest.mark.parametrize("panel_type", ["datagrid", "debug", "logstable", "logs-new", "xychart2"])
+def test_grafanas_experimental_query_panels_without_queries_are_panels_without_data(tmp_path, capsys, panel_type):
+    """Grafana's own datagrid (experimental), debug, logs table, new logs and XY chart 2 panels run their queries
+    (their plugin.json has no `skipDataQuery`) and show "No data" without any: they were taken for a plugin's panel
+    that never queries (not in QUERY_PANELS), drawn "runs no queries" and not counted, --require-data passing."""
+    blank = {"type": panel_type, "title": "Blank", "gridPos": GRID | {"y": 9},
+             "targets": [{"refId": "A", "expr": "gpu:hidden", "hide": True}]}
+    code = _require_data(tmp_path, [STAT | {"targets": [{"expr": "gpu:temp"}]}, blank | {"targets": []},
+                                    blank | {"title": "Hidden", "gridPos": GRID | {"x": 12, "y": 9}}])
+    assert code == 1 and "board: no data for Blank, Hidden" in capsys.readouterr().err
+
+
+def test_grafanas_alert_history_panel_runs_no_queries(tmp_path, capsys):
+    """Grafana's alert state history panel (`alertStateHistory`, `skipDataQuery`) draws from Grafana's own API: a
+    leftover query in it was run and counted as a plugin's panel's."""
+    from test_dashboards_render import GPUS
+
+    history = {"type": "alertStateHistory", "title": "History", "gridPos": GRID | {"x": 12},
+               "targets": [{"expr": "gpu:left_from_a_graph"}]}
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp"}]}, history])
+    report, queries = _rendered(tmp_path)
+    assert "gpu:left_from_a_graph" not in queries
+    assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
+
+
 @pytest.mark.parametrize("targets", [
     pytest.param({"targets": []}, id="targets empty"),
     pytest.param({}, id="no targets key"),
