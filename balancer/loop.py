@@ -30,8 +30,9 @@ lost action or a duplicate cycle converges to the same place. Before acting, acc
 against a fresh snapshot (drop any whose source moved or whose target no longer fits, or that an emergency stop the
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
-goes from leader to leader (`balancer.ledger_handover`). A capacity scale up that did not go out, or a reclaim
-shrink that frees GPUs for a latency-net step, is told to the planner as never proposed where its cause passes
+goes from leader to leader (`balancer.ledger_handover`); a move the hand-over held back, that ledger unsaved, is kept
+off only until it is saved (`planner.hold_back`), not refused (`_Asked`). A capacity scale up that did not go out, or
+a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never proposed where its cause passes
 (`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal of the guard is waited out as if
 made, and refused too, `planner.refuse`). What its actions leave on the fleet the actuator keeps up or releases
 (hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is `balancer.loop_upkeep`.
@@ -140,6 +141,28 @@ def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]
         else:
             whole.append(a)
     return whole, nodes
+
+
+class _Asked:
+    """`guard` as the hand-over's review asks it (`LedgerHandover.review`), with the guard's own answer kept (`own`):
+    what the review rejects that the guard accepted, the hand-over held back, the ledger with its evictions unsaved
+    (`held_back`). Such a move is no refusal of the guard's (its budget passed): kept off only until the ledger is
+    saved (`planner.hold_back`), not `refusedRetryS` (`planner.refuse`)."""
+
+    def __init__(self, guard: SafetyGuard | _WhatIf) -> None:
+        self.guard, self.own = guard, Review((), ())
+
+    def __getattr__(self, name: str) -> Any:   # `policy`, `record`: the guard's
+        return getattr(self.guard, name)
+
+    def review(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> Review:
+        self.own = self.guard.review(actions, snapshot, ledger, now)
+        return self.own
+
+    def held_back(self, review: Review) -> list[Action]:
+        """The actions `review` (the hand-over's) rejected that the guard accepted."""
+        accepted = {id(a) for a in self.own.accepted}
+        return [a for a, _ in review.rejected if id(a) in accepted]
 
 
 class _WhatIf:
@@ -293,6 +316,8 @@ class Reconciler:
         self._cycle_office = self._offices
         if self.handover.unsaved:   # a hand-over that failed: tried again every cycle, not only after an action
             self.handover.hand_on(self.ledger)
+        if not self.handover.unsaved:   # the moves held back for it go this cycle (`planner.ledger_saved`)
+            self.state = planner_mod.ledger_saved(self.state)
         snap = self._observe(now, "")
         if isinstance(snap, CycleReport):   # fail-static: the power caps' expiry renewed, nothing else
             return self.upkeep.holding_still(now, snap)
@@ -314,16 +339,20 @@ class Reconciler:
             self._log_notes(unread + plan.notes)
             self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
             # the ledger with the accepted actions' evictions and cooldowns is saved before any is carried out
-            review = self.handover.review(self._guard(), plan.actions, snap, self.ledger, now)
+            asked = _Asked(self._guard())
+            review = self.handover.review(asked, plan.actions, snap, self.ledger, now)
             rejected = [(a, exc.reason) for a, exc in review.rejected]
             for a, exc in review.rejected:
                 self.metrics.rejected.labels(reason=exc.reason).inc()
                 log.info("rejected %s: %s (%s)", a.describe(), exc.reason, exc)
                 self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
             # a refused migration is not offered again for a while: its hot GPU is throttled instead; one refused for
-            # its target node alone is kept off the full nodes only (`_guard_refusals`)
-            whole, kept_off = _guard_refusals(review.rejected)
+            # its target node alone is kept off the full nodes only (`_guard_refusals`); one the hand-over held back
+            # (the guard accepted it) only until the ledger is saved (`_Asked`)
+            held = asked.held_back(review)
+            whole, kept_off = _guard_refusals([(a, exc) for a, exc in review.rejected if all(a is not h for h in held)])
             self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, guard=True)
+            self.state = planner_mod.hold_back(self.state, held, now)
             refused = [a for a, exc in review.rejected if not isinstance(exc, EmergencyStop)]
             if accepted := list(review.accepted):
                 fresh = self._observe(now, "fresh snapshot before acting: ")

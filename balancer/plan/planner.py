@@ -57,6 +57,13 @@ whole `refusedTargetRetryS` whatever the guard counts (its cause is one the guar
 naming that node full meanwhile restarts it. Other failures, and the guard's other refusals, keep the workload from
 moving at all for `hotspots.refusedRetryS` (`refused_moves`).
 
+Held-back moves. A move the guard accepted that the hand-over held back (the safety ledger with its eviction could
+not be saved for a successor: `balancer.ledger_handover`) is no refusal: it is kept off as one, its hot GPU throttled
+instead, only while the ledger stays unsaved (`hold_back`, `held_moves`), and proposed again from the first cycle
+whose start saved it (`ledger_saved`), `refusedRetryS` at most. Refused, it waited `refusedRetryS` (minutes) though
+the ledger was saved a cycle later; forgotten, it was proposed and held back every cycle while the save kept failing
+(a Lease the RBAC does not let it write), its hot GPU never throttled.
+
 Refused scales. A service's scaling the actuator failed for good (FAILED: a Deployment another controller keeps, an
 HPA KEDA generates, RBAC; `refuse(..., scales=...)`) is remembered for `safety.cooldownS` (`refused_scales`): the
 capacity planner leaves that service alone meanwhile (`balancer.plan.capacity_loop`), rather than proposing the same
@@ -192,6 +199,9 @@ class PlannerState:
     # and its `full_nodes`): kept off only while the guard counts that node full (`still_full`); a pair not among them
     # is the actuator's, kept off for the whole `refusedTargetRetryS`
     full_targets: frozenset[tuple[str, str]] = frozenset()
+    # those of `refused_moves` the hand-over held back, the ledger unsaved ("Held-back moves"): kept off only until it
+    # is saved (`ledger_saved`); a workload not among them was refused, kept off for the whole `refusedRetryS`
+    held_moves: frozenset[str] = frozenset()
     # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
     refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     # service -> what the actuator's caps of its scale say (`CapBelief`, "Capped scales"): no more asked for a while
@@ -248,6 +258,7 @@ def plan(snapshot: ClusterSnapshot, forecasts: Mapping[str, Forecast] | None, po
                         throttled=MappingProxyType(throttled), refused_moves=MappingProxyType(refused),
                         refused_targets=MappingProxyType(refused_targets),
                         full_targets=state.full_targets & refused_targets.keys(),
+                        held_moves=state.held_moves & refused.keys(),
                         refused_scales=MappingProxyType(scales_held(state, policy, snapshot.time)))
 
 
@@ -283,7 +294,7 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
     list of the guard's pairs beside `targets` (as before): the loop passed the same pairs as both, and a list let
     a caller mark pairs it did not keep off, or leave some of the guard's unmarked. `scales`:
     `ScaleInference`s the actuator failed for good: their services are not scaled for `safety.cooldownS` ("Refused
-    scales")."""
+    scales"). A workload refused that was held back (`hold_back`) is refused now: kept off its whole `refusedRetryS`."""
     refused = {a.workload: now for a in actions if isinstance(a, Migrate)}
     at = {(a.workload, a.target_node): now for a in targets if isinstance(a, Migrate)}
     services = {a.service: now for a in scales if isinstance(a, ScaleInference)}
@@ -292,9 +303,31 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
     other = state.refused_targets.keys() - state.full_targets   # kept off for a cause the guard does not count
     marked = at.keys() - other if guard else set()
     return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **refused}),
+                   held_moves=state.held_moves - refused.keys(),
                    refused_targets=MappingProxyType({**state.refused_targets, **at}),
                    full_targets=frozenset((state.full_targets - at.keys()) | marked),
                    refused_scales=MappingProxyType({**state.refused_scales, **services}))
+
+
+def hold_back(state: PlannerState, actions: Iterable[Action], now: float) -> PlannerState:
+    """Fold migrations the hand-over held back into the state ("Held-back moves"): their workloads are not proposed
+    moving again while the safety ledger stays unsaved (`held_moves`, until `ledger_saved`; `refusedRetryS` at most),
+    so their hot GPUs are throttled meanwhile, as after a refusal. Not `refuse`: the guard accepted them."""
+    held = {a.workload: now for a in actions if isinstance(a, Migrate)}
+    if not held:
+        return state
+    return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **held}),
+                   held_moves=state.held_moves | held.keys())
+
+
+def ledger_saved(state: object) -> object:
+    """`state` with the moves held back for an unsaved safety ledger (`held_moves`) let go: the loop calls it at the
+    start of every cycle that finds the ledger saved, so they are proposed again that cycle. `state` as it is when it
+    is no `PlannerState` (a wrapping planner's own)."""
+    if not isinstance(state, PlannerState) or not state.held_moves:
+        return state
+    return replace(state, held_moves=frozenset(), refused_moves=MappingProxyType(
+        {w: t for w, t in state.refused_moves.items() if w not in state.held_moves}))
 
 
 def still_full(state: object, full: Callable[[], Collection[str]]) -> object:
