@@ -44,6 +44,7 @@ from balancer.actuate.k8s_preempt import (
     Evictions,
     EvictionUnanswered,
     Preemptor,
+    UnreadEnds,
     awaited_of,
     closest_to_fitting,
     holds_of,
@@ -252,7 +253,7 @@ class Holds:
         now = self.preemptor.clock()
         # whose room is coming: not a pod made again under its name, nor one stuck past its grace (asked only of
         # the pods it waits for, `AWAITED`: `Preemptor.resume`)
-        running, going, not_coming = self._judged(bound.get(node, ()), entry, now)
+        running, going, not_coming = self._judged(bound.get(node, ()), entry, now, self.preemptor.unread_ends)
         left = sorted(set(entry.get(LEFT, ())) & running)
         leaving = self._leaving(view[i], going)
         # any pod it only waits for whose room is not coming (stuck past its grace, made again there, its grace
@@ -594,7 +595,8 @@ class Holds:
         self._freed.setdefault(node, []).extend(freed)
 
     @staticmethod
-    def _judged(on_node: Iterable[Usage], entry: Json, now: float) -> tuple[set[str], set[str], list[Usage]]:
+    def _judged(on_node: Iterable[Usage], entry: Json, now: float,
+                unread: UnreadEnds) -> tuple[set[str], set[str], list[Usage]]:
         """Of `on_node`, the pods bound on the node a preemption's hold `entry` holds, judged in one walk at `now`:
         the keys of those running there, of those whose room is coming (`room_coming`), and the pods the hold only
         waits for (`AWAITED`) that are still there, terminating, their room no longer coming (stuck past their
@@ -602,11 +604,12 @@ class Holds:
         the hold is given back (`resume`). Only those stuck while their GPUs, CPU and memory were short gave
         it back: one freeing an RDMA device the pod needs (which `makes_room` does not weigh) was dropped from the
         hold, the pod waiting for the rest (up to the hour) for a device that never came, where it would have
-        evicted a pod holding one elsewhere at once."""
+        evicted a pod holding one elsewhere at once. `unread`: the pods with an unreadable time warned of
+        (`room_coming`)."""
         waited, running, going, stuck = set(awaited_of(entry)), set(), set(), []
         for u in on_node:
             running.add(u.key)
-            if room_coming(u, now):
+            if room_coming(u, now, unread):
                 going.add(u.key)
             elif u.terminating and u.key in waited:
                 stuck.append(u)
@@ -648,11 +651,13 @@ class Holds:
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
-        pod fits nowhere."""
+        pod fits nowhere. The pods warned of for an unreadable `deletionTimestamp` that are no longer such among them
+        (gone, or readable again) are forgotten then (`UnreadEnds.keep`), before any is judged in the pass."""
         if self._by_node is None:
             self._by_node = {}
             for u in self._bound():
                 self._by_node.setdefault(u.node, []).append(u)
+            self.preemptor.unread_ends.keep(u for us in self._by_node.values() for u in us)
         return self._by_node
 
 

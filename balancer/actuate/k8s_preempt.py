@@ -110,7 +110,7 @@ keeps one `DisruptionTarget`, the last.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -348,33 +348,51 @@ def past_grace(ends: float | None, now: float) -> bool:
     return ends is not None and now >= ends + GRACE_SLACK_S
 
 
-# the pods (namespace/name, uid) whose unreadable `deletionTimestamp` was logged (`_unreadable_end`), oldest first: at
-# most `_UNREADABLE_KEPT`, the oldest forgotten (said again should it still be there)
-_unreadable_said: dict[tuple[str, str], None] = {}
-_UNREADABLE_KEPT = 1024
+class UnreadEnds:
+    """The terminating pods whose `deletionTimestamp` cannot be read that one scheduler warned of (`say`), each once
+    while it stays so. Kept by the `Preemptor` of each scheduler (`Preemptor.unread_ends`) and forgotten as the pass
+    reads the bound pods (`keep`) where a pod is gone or its time readable again, so a pod whose time is broken again
+    is warned of again, and two schedulers in one process warn independently. A set for the whole process, capped at
+    1024 pods (the oldest forgotten), was shared by every scheduler in it: one warned, the others never did; and a pod
+    fixed and broken again was not said again while it stayed among the 1024."""
+
+    def __init__(self) -> None:
+        self._said: set[tuple[str, str]] = set()   # (namespace/name, uid)
+
+    @staticmethod
+    def of(pod: Any) -> bool:
+        """Whether `pod` (`k8s_reads.Usage`) is terminating with a `deletionTimestamp` that cannot be read
+        (`deleting` 0.0), and not made again on its node (its room never comes, whatever its time: it was warned of
+        as though a pod waiting for it would hold its node every hour)."""
+        return bool(pod.terminating) and not pod.deleting and not pod.comes_back
+
+    def keep(self, bound: Iterable[Any]) -> None:
+        """Forget the pods said that are not among `bound` (the pass's bound pods, `k8s_reads.Usage`) as such
+        (`of`): gone, or their time readable again."""
+        if self._said:
+            self._said &= {(u.key, u.uid) for u in bound if self.of(u)}
+
+    def say(self, pod: Any) -> None:
+        """Log, once while it stays so, that the terminating `pod` (`k8s_reads.Usage`, `of`) has a `deletionTimestamp`
+        that cannot be read. Taken as within its grace (`past_grace`), its room is coming for as long as it stays: a
+        pod waiting for it would hold its node again at every hour, and nothing would say it is stuck (no
+        PreemptionStuck Event, `k8s_stuck`), so unsaid an operator could not tell why. Said where its room is judged
+        (`room_coming`: by `Preemptor.plan` too, for every terminating pod on a node weighed, whether or not a pod
+        comes to wait for it: "would"). Its text is quoted (`Usage.deleting_raw`), so the operator sees what is wrong
+        with it."""
+        said = (pod.key, pod.uid)
+        if said in self._said:
+            return
+        self._said.add(said)
+        namespace, _, name = pod.key.rpartition("/")
+        log.warning("pod %s (uid %s) on %s is terminating but its deletionTimestamp cannot be read (%r): taken as "
+                    "within its grace, its room coming while it stays (a pod waiting for it would hold node %s again "
+                    "every hour, never said stuck); see kubectl get pod -n %s %s -o "
+                    "jsonpath='{.metadata.deletionTimestamp}'",
+                    pod.key, pod.uid or "unknown", pod.node, pod.deleting_raw, pod.node, namespace, name)
 
 
-def _unreadable_end(pod: Any) -> None:
-    """Log, once per pod, that the terminating `pod` (`k8s_reads.Usage`) has a `deletionTimestamp` that cannot be
-    read. Taken as within its grace (`past_grace`), its room is coming for as long as it stays: a pod waiting for it
-    would hold its node again at every hour, and nothing would say it is stuck (no PreemptionStuck Event,
-    `k8s_stuck`), so unsaid an operator could not tell why. Said where its room is judged (`room_coming`: by
-    `Preemptor.plan` too, for every terminating pod on a node weighed, whether or not a pod comes to wait for it:
-    "would"). Its text is quoted (`Usage.deleting_raw`), so the operator sees what is wrong with it."""
-    said = (pod.key, pod.uid)
-    if said in _unreadable_said:
-        return
-    if len(_unreadable_said) >= _UNREADABLE_KEPT:
-        del _unreadable_said[next(iter(_unreadable_said))]
-    _unreadable_said[said] = None
-    namespace, _, name = pod.key.rpartition("/")
-    log.warning("pod %s (uid %s) on %s is terminating but its deletionTimestamp cannot be read (%r): taken as "
-                "within its grace, its room coming while it stays (a pod waiting for it would hold node %s again every "
-                "hour, never said stuck); see kubectl get pod -n %s %s -o jsonpath='{.metadata.deletionTimestamp}'",
-                pod.key, pod.uid or "unknown", pod.node, pod.deleting_raw, pod.node, namespace, name)
-
-
-def room_coming(pod: Any, now: float) -> bool:
+def room_coming(pod: Any, now: float, unread: UnreadEnds) -> bool:
     """Whether the room of `pod` (`k8s_reads.Usage`, bound) is coming: it is terminating, not past its grace
     (`past_grace`: `Usage.deleting`, its `deletionTimestamp`, the deletion's time plus its grace, by the API
     server's clock, and `GRACE_SLACK_S` more, which absorbs ordinary skew; one without a readable time is within
@@ -384,11 +402,11 @@ def room_coming(pod: Any, now: float) -> bool:
     victim nor room, as a running pod of equal priority is. So is one whose grace ends beyond the hour a hold lasts
     (its owner deleted it with a grace of a day): counted, the pod waited there all day, its hold lapsing at every
     hour and made again; it is counted once its grace ends within the hour. One terminating whose time cannot be
-    read is logged, once (`_unreadable_end`), unless it is made again on its node: its room never comes, whatever its
-    time, so no pod waits for it (it was warned of as though one would hold its node every hour)."""
+    read is logged, once while it stays so, by the scheduler judging it (`unread`: `UnreadEnds.say`), unless it is
+    made again on its node: its room never comes, whatever its time, so no pod waits for it."""
     ends = pod.deleting or None   # 0.0: not being deleted, or its time unreadable
-    if ends is None and pod.terminating and not pod.comes_back:
-        _unreadable_end(pod)
+    if UnreadEnds.of(pod):
+        unread.say(pod)
     return bool(pod.terminating) and not pod.comes_back and not past_grace(ends, now) and (
         ends is None or ends - MAX_HOLD_S <= now)
 
@@ -597,6 +615,9 @@ class Preemptor:
         self.emergency_stop: Callable[[], str | None] = lambda: None
         self.stopped_nodes: frozenset[str] = frozenset()   # the pass's nodes that carry the per-node stop
         self._said_stop: str | None = None
+        # the terminating pods whose unreadable `deletionTimestamp` this scheduler warned of (`room_coming`), forgotten
+        # as the pass reads them gone or readable again (`k8s_holds.Holds._bound_by_node`)
+        self.unread_ends = UnreadEnds()
         # (pod, node, victim) -> one record (`k8s_preempt_doubts.Doubt`): the doubt of an eviction of this term that
         # may have landed unseen (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was) and when
         # it was asked, each until a read of it tells (`_landed`, `_forget`), an eviction of it is sent again, its own
@@ -716,7 +737,8 @@ class Preemptor:
         # terminating already (`Usage.terminating`): never victims, their room coming whatever their priority, and
         # whether or not they are passed over (`choose`: the pod waits for them, `Preemption.awaiting`), until their
         # grace has ended (`room_coming`: stuck past it, neither victim nor room)
-        going = {n["name"]: [u for u in bound.get(n["name"], ()) if room_coming(u, now)] for n in nodes}
+        going = {n["name"]: [u for u in bound.get(n["name"], ()) if room_coming(u, now, self.unread_ends)]
+                 for n in nodes}
         lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"] and not u.terminating
                              and _passed_until(passed, n["name"], u) is None] for n in nodes}
         nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req, going[n["name"]])]

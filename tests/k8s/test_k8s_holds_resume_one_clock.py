@@ -32,7 +32,7 @@ def test_one_resume_judges_every_pod_at_one_time(kube, api, clock, monkeypatch):
     assert sched.holds.preemptor.clock is ticking
     judged: list[float] = []
     real = k8s_holds.room_coming
-    monkeypatch.setattr(k8s_holds, "room_coming", lambda pod, now: judged.append(now) or real(pod, now))
+    monkeypatch.setattr(k8s_holds, "room_coming", lambda pod, now, *a: judged.append(now) or real(pod, now, *a))
     clock.advance(60)
     sched.schedule_once()
     assert "default/urgent" in reservations(kube, "a")                # resumed: still waiting for vip and other
@@ -45,7 +45,7 @@ def test_one_resume_judges_each_pod_once(kube, api, clock, monkeypatch):
     sched = waits_for_both(kube, api, clock, "other", clock.now + 1800)
     judged: list[str] = []
     real = k8s_holds.room_coming
-    monkeypatch.setattr(k8s_holds, "room_coming", lambda pod, now: judged.append(pod.key) or real(pod, now))
+    monkeypatch.setattr(k8s_holds, "room_coming", lambda pod, *a: judged.append(pod.key) or real(pod, *a))
     clock.advance(60)
     sched.schedule_once()
     assert reservations(kube, "a")["default/urgent"]["awaited"] == ["default/other", "default/vip"]

@@ -16,6 +16,12 @@ from balancer.actuate.k8s_scheduler import SecondaryScheduler
 
 
 def test_a_victim_whose_grace_end_cannot_be_read_is_not_said_stuck_and_is_waited_for(kube: FakeKube, api, clock):
+    waiting_for_unreadable(kube, api, clock)
+
+
+def waiting_for_unreadable(kube: FakeKube, api, clock) -> SecondaryScheduler:
+    """urgent evicts train, which terminates with an unreadable `deletionTimestamp`: two hours of passes, urgent
+    waiting for it, never said stuck. The scheduler."""
     two_nodes(kube)
     sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
     start = clock.now
@@ -28,6 +34,7 @@ def test_a_victim_whose_grace_end_cannot_be_read_is_not_said_stuck_and_is_waited
     assert sched.stuck_holds == [] and stuck_events(kube) == []
     assert reservations(kube, "a")["default/urgent"]["awaited"] == ["default/train"]   # waited for again
     assert len(kube.calls("POST", r"/eviction$")) == 1                 # low-3 on b not evicted
+    return sched
 
 
 def test_an_unreadable_end_is_within_the_grace():

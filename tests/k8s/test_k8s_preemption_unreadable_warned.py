@@ -1,25 +1,22 @@
 """A terminating pod whose `deletionTimestamp` cannot be read is taken as within its grace (`k8s_preempt.past_grace`):
 a pod waiting for it holds its node again at every hour for as long as it stays, and nothing says it is stuck (no
-PreemptionStuck Event). It is logged as a warning, once per pod (`room_coming`, where its room is judged), naming the
-pod, so an operator can tell why; unsaid, nothing showed it. Not one made again on its node (a DaemonSet's), whose
-room never comes. Against the fake API server."""
+PreemptionStuck Event). It is logged as a warning, once per pod while it stays so, by each scheduler (`room_coming`,
+where its room is judged; `k8s_preempt.UnreadEnds`), naming the pod and quoting the text, so an operator can tell why;
+unsaid, nothing showed it. Not one made again on its node (a DaemonSet's), whose room never comes. Against the fake
+API server."""
 
 from __future__ import annotations
 
 import logging
 
-import pytest
 import test_k8s_preemption_stuck_unreadable as unreadable
 from fakeapi import FakeKube
+from test_k8s_preemption import most_free
 
 from balancer.actuate import k8s_preempt
 from balancer.actuate.k8s_reads import Usage, pod_usage
-
-
-@pytest.fixture(autouse=True)
-def none_said(monkeypatch):
-    """No pod said yet in this process (`_unreadable_said` outlives a test)."""
-    monkeypatch.setattr(k8s_preempt, "_unreadable_said", {}, raising=False)
+from balancer.actuate.k8s_scheduler import SecondaryScheduler
+from balancer.actuate.kubernetes import rfc3339
 
 
 def said(caplog) -> list[str]:
@@ -42,10 +39,10 @@ def test_each_pod_is_warned_of_once_and_a_readable_one_or_one_made_again_never(c
     """One made again on its node (a DaemonSet's, a static pod's mirror: `Usage.comes_back`) is never waited for, its
     room never coming whatever its time: it was warned of as though a pod waiting for it would hold its node."""
     caplog.set_level(logging.WARNING, logger=k8s_preempt.__name__)
-    unread = Usage("a", 8, 0, 0, (), key="default/x", uid="u1", terminating=True)
+    unread, ends = Usage("a", 8, 0, 0, (), key="default/x", uid="u1", terminating=True), k8s_preempt.UnreadEnds()
     for pod in (unread, unread, unread._replace(key="default/y", uid="u2"), unread._replace(deleting=1000.0),
                 unread._replace(terminating=False), unread._replace(key="default/ds", uid="u3", comes_back=True)):
-        k8s_preempt.room_coming(pod, 1000.0)
+        k8s_preempt.room_coming(pod, 1000.0, ends)
     assert [m.split(" (")[0] for m in said(caplog)] == ["pod default/x", "pod default/y"]
 
 
@@ -61,3 +58,39 @@ def test_the_text_of_an_unreadable_deletion_timestamp_is_kept_and_only_then():
     read = usage("2026-12-07T10:00:00Z")
     assert read.terminating and read.deleting > 0 and read.deleting_raw == ""
     assert usage(None).deleting_raw == ""
+
+
+def test_two_schedulers_in_one_process_each_warn(kube: FakeKube, api, clock, caplog):
+    """Another scheduler in the process (another replica's, a test's) judging the same pod warns of it too: the pods
+    said were one set for the whole process, and only the first scheduler to judge one said it."""
+    caplog.set_level(logging.WARNING, logger=k8s_preempt.__name__)
+    unreadable.waiting_for_unreadable(kube, api, clock)
+    other = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    for _ in range(3):
+        clock.advance(60)
+        other.schedule_once()
+    assert [m.split(" (")[0] for m in said(caplog)] == ["pod default/train", "pod default/train"]
+
+
+def test_a_pod_whose_time_is_read_again_and_broken_again_is_warned_of_again(kube: FakeKube, api, clock, caplog):
+    """Forgotten once a pass reads its time (`UnreadEnds.keep`); broken again, it is said again."""
+    caplog.set_level(logging.WARNING, logger=k8s_preempt.__name__)
+    sched = unreadable.waiting_for_unreadable(kube, api, clock)
+    for stamp in (rfc3339(clock.now + 600), "not a time", "not a time"):
+        kube.mutate("pods", "train", "default", {"metadata": {"deletionTimestamp": stamp}})
+        clock.advance(60)
+        sched.schedule_once()
+    assert len(said(caplog)) == 2
+
+
+def test_a_pod_gone_or_read_again_is_forgotten_as_the_pass_reads_them(caplog):
+    caplog.set_level(logging.WARNING, logger=k8s_preempt.__name__)
+    ends, x = k8s_preempt.UnreadEnds(), Usage("a", 8, 0, 0, (), key="default/x", uid="u1", terminating=True)
+    y, z = x._replace(key="default/y", uid="u2"), x._replace(key="default/z", uid="u3")
+    for pod in (x, y, z):
+        ends.say(pod)
+    ends.keep([x._replace(deleting=1000.0), z])      # x read, y gone, z as it was
+    for pod in (x, y, z):
+        ends.say(pod)
+    assert [m.split(" (")[0] for m in said(caplog)] == ["pod default/x", "pod default/y", "pod default/z",
+                                                        "pod default/x", "pod default/y"]
