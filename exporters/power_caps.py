@@ -34,9 +34,13 @@ What `PowerCapAgent.sync()` does, each interval:
   A GPU whose limit cannot be read is not capped for the first time until it can (its limit before would be unknown;
   counted failed meanwhile), nor, once capped, given a changed cap (the Set would not be checked against the limit:
   one an operator lowered meanwhile was raised), nor its first cap's give-back judged (whether that cap landed is
-  told from the limit: its limit before is kept meanwhile). A GPU found already at the cap asked with nothing
-  remembered (the state file lost, or none kept, and the agent restarted) has no limit before: its give-back restores
-  the default, as it did before the file.
+  told from the limit: its limit before is kept meanwhile). A GPU found already at the cap asked (below its
+  default) with nothing remembered is not asked: no Set of gputide's put that limit there (each first cap is written
+  down before it is asked), so it is an operator's, written down as a refused first cap in force is, and its give-back
+  or deletion leaves it (was: the default restored over the operator's limit, or, without CAP_SYS_ADMIN, a Set the
+  driver refused, failing every sync for good); a lower cap is held to it. An agent restarted under its own cap with
+  the state file lost, or none kept, takes that cap for an operator's too: its give-back leaves it in force (was: the
+  default restored, whoever had set that limit).
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
   hand with ``nvidia-smi -pl``, or back at its default after a GPU reset or a driver reload) gets it again (listed
   in `lost` for that sync, logged); a GPU running *below* it (lowered by hand) is left alone.
@@ -93,8 +97,9 @@ changed. A GPU no longer asked for anything (its give-back settled another way: 
 no longer on the node waits no more; one whose limit is unread keeps its wait. Any other refusal (a lost GPU, a Set
 past its deadline, a limit moved) is asked again at every sync, and ends a wait. No Set is asked for the limit already
 in force: the NVML target counts it done without a call (its milliwatts equal), and a first cap seen refused whose GPU
-an operator put at its watts is not asked (in force, and the operator's: `_held_down`). Asked, a node already at the
-watts asked failed every sync for good without CAP_SYS_ADMIN.
+an operator put at its watts is not asked (in force, and the operator's: `_held_down`), nor one whose GPU is found at
+its watts with nothing written down (`_found_in_force`). Asked, a node already at the watts asked failed every sync for
+good without CAP_SYS_ADMIN.
 
 Besides the source and the limits before, the agent remembers only what it applied since it started: a restarted
 agent applies every cap again (a limit set by hand on a GPU the source names is overwritten then). A cap whose key
@@ -617,7 +622,8 @@ class PowerCapAgent:
         would set (an operator's ``nvidia-smi -pl`` while the driver refused it) is not asked: in force already, and
         the operator's, not gputide's (`_not_capped_yet`). Asked, the NVML target counts a Set at the limit in force
         done without a call, and the operator's limit became gputide's cap: given back, the GPU was forgotten, and an
-        agent restarted under the give-back the controller keeps raised it to the default."""
+        agent restarted under the give-back the controller keeps raised it to the default. So is a first cap whose
+        GPU already runs at it with nothing written down (`_found_in_force`)."""
         held_down = {}
         for uuid, watts in requests.items():
             held = self.before.get(uuid)
@@ -625,18 +631,31 @@ class PowerCapAgent:
             if held is not None and held.refused and limit is not None and runs_held_at(limit, watts, held):
                 continue   # not failed either: what it asks for is in force
             if held is None and watts != RESTORE and limit is not None:
-                if self._unread(uuid, limit):
-                    continue   # its limit before unknown: capped once it reads
-                if not runs_at(limit, watts) or uuid in self._asked:
+                if self._unread(uuid, limit) or self._found_in_force(uuid, watts, limit):
+                    continue   # its limit before unknown: capped once it reads; or in force, not gputide's
+                if not runs_at(limit, watts) or uuid in self._asked:   # else at its default: nothing to hold
                     # the watts asked written as pending with it (`_unrefuse`), in the same write
                     held = Held(limit.current_w, pending_w=min(watts, limit.current_w))
                     self._keep(lambda u=uuid, h=held: self.before.put(u, h))
-                else:
-                    log.warning("%s already runs at the %.0f W cap asked and no limit before it is known (state "
-                                "lost, or the agent restarted without one): its give-back restores the default",
-                                uuid, watts)
             held_down[uuid] = watts if held is None else min(watts, held.before_w)
         return held_down
+
+    def _found_in_force(self, uuid: str, watts: float, limit: PowerLimit) -> bool:
+        """Whether a GPU gputide never capped (nothing written down) already runs at the first cap asked: not asked,
+        and written down as a first cap in force seen refused is (`Held.refused`, its limit before the one in force),
+        since no Set of gputide's put that limit there (every first cap is written down before it is asked). Its
+        give-back or deletion is carried out with nothing to put back (`_not_capped_yet`), by this agent and by one
+        restarted; a lower cap is asked as a refused first cap is, held to that limit. Was: applied without a Set
+        (the NVML target counts the limit in force done), and its give-back restored the default, overriding the
+        operator's limit, or, without CAP_SYS_ADMIN, had the Set refused and failed every sync for good. A GPU this
+        agent has carried a request out for (a give-back) is capped as any other; one at its default limit (a cap at
+        or above it) has no cap in force to take for anybody's."""
+        if uuid in self._asked or not holds(limit, watts):
+            return False
+        log.warning("%s already runs at the %.0f W cap asked, which gputide did not set (none written down): taken "
+                    "for the operator's limit, not asked, and left in force when the cap is given back", uuid, watts)
+        self._keep(lambda: self.before.put(uuid, Held(limit.current_w, refused=True)))
+        return True
 
     def _keep(self, write) -> bool:
         """Whether `write` wrote (else the sync fails, saying why)."""
