@@ -150,45 +150,46 @@ class TraceShape:
 
 def load_trace_shape(path: str, fmt: str = "csv", step_s: float | None = None) -> TraceShape:
     """A trace (`fmt`: csv, servegen or requests) as a `TraceShape`. One rule with `step_s` (the simulator's step):
-    a trace loaded at a step finer than `step_s` is loaded again at `step_s`, its steps averaged (a requests log's
-    requests counted per `step_s`) as `forecast backtest --step` resamples a trace; sampled once a step instead, a
-    trace alternating 10 and 14 each second played 10 throughout at a 60 s step (12 at 0.5 s, which the loader
-    refuses to read as it is and the rule averaged). Without `step_s` a trace is played at its own step and one
-    under 1s is refused (exit 2). With it, a trace refused at its own step for giving too many steps (59 days at
-    1 s) is loaded at `step_s` alone: the refusal named a step ('0 days 00:00:01') the user never gave (audit a11)."""
-    from balancer.forecast.traces import OwnStepTooFine, load_demand
+    a trace whose own step is finer than `step_s` (or under 1s) is loaded at `step_s`, its steps averaged (a requests
+    log's requests counted per `step_s`) as `forecast backtest --step` resamples a trace, in one parse (`load_demand`'s
+    `coarsen_to`; loaded at its own step and then again at `step_s`, a 5M-row log was parsed twice). Sampled once a
+    step instead, a trace alternating 10 and 14 each second played 10 throughout at a 60 s step (12 at 0.5 s, which
+    the loader refuses to read as it is and the rule averaged). Without `step_s` a trace is played at its own step and
+    one under 1s is refused (exit 2). With it, a trace refused at its own step for giving too many steps (59 days at
+    1 s) is loaded at `step_s`, the refusal naming `step_s`: one naming a step ('0 days 00:00:01') the user never gave
+    was no help (audit a11)."""
+    from balancer.forecast.traces import load_demand
 
     fmt = fmt or "csv"
     try:
-        y = load_demand(path, fmt)
-    except InputError as exc:   # its own step under 1s, or too many steps at it (field 'step'): loaded at step_s
-        if step_s is None or not (isinstance(exc, OwnStepTooFine) or exc.field == "step"):
+        y = load_demand(path, fmt, coarsen_to=step_s)
+    except InputError as exc:
+        if step_s is None or exc.field not in ("rows", "value"):
             raise
-        y = None
-    if step_s is not None and (y is None or _step_of(y) < step_s):
-        y = _load_at_step(path, fmt, step_s, y)
+        _refuse_too_few_steps(path, fmt, step_s, exc)
+        raise
     values = y.interpolate(limit_direction="both").to_numpy(dtype=float)
     if values.size == 0 or not np.isfinite(values).any() or np.nanmax(values) <= 0:
         raise InputError(path, "value", "no positive demand", "a trace with positive demand values")
     return TraceShape(values, _step_of(y))
 
 
-def _load_at_step(path: str, fmt: str, step_s: float, own: Any) -> Any:
-    """The trace loaded at `step_s` (`own`: as loaded at its own step, None when that was refused). A trace spanning
-    under two such steps is refused naming --step and the largest one that plays it: the loader's refusal ('field
-    'rows': invalid value 1', '1 observed steps') never said that the simulator's --step was what to change (audit
-    a11). The refusal is the step's once the trace loads at a finer step (its own, else 1s); otherwise the
-    loader's own refusal stands (an empty trace, one spanning under 1s)."""
-    from balancer.forecast.traces import load_demand
+def _refuse_too_few_steps(path: str, fmt: str, step_s: float, exc: InputError) -> None:
+    """`exc`, the loader's refusal of a trace at `step_s` as spanning under two steps ('field 'rows': invalid value
+    1', '1 observed steps'), never said that the simulator's --step was what to change (audit a11): a trace that loads
+    at a finer step (its own, else 1s) is refused naming --step and the largest one that plays it. Otherwise returns,
+    for the loader's refusal to stand (an empty trace, one spanning under 1s); one refusing the trace at its own step
+    for another reason (its only rows in one step) is raised, as before it was loaded at `step_s`. An error's path
+    only: a trace that plays is parsed once."""
+    from balancer.forecast.traces import OwnStepTooFine, load_demand
 
     try:
-        return load_demand(path, fmt, step=repr(float(step_s)))
-    except InputError as exc:
-        if exc.field not in ("rows", "value"):
+        fine = load_demand(path, fmt)
+    except InputError as own:   # its own step under 1s, or too many steps at it: tried at 1s
+        if not (isinstance(own, OwnStepTooFine) or own.field == "step"):
             raise
-        fine = own if own is not None else _loaded_or_none(path, fmt, "1")
-        if fine is None:
-            raise
+        fine = _loaded_or_none(path, fmt, "1")
+    if fine is not None:
         raise _too_few_steps(path, fmt, step_s, fine) from exc
 
 

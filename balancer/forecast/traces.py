@@ -284,10 +284,15 @@ def _one_zone_kind(raw: pd.Series, path: str, column: str) -> None:
                          "+02:00) or none of them (then UTC)", detail=f"row {row + 2} names none, row {first + 2} does")
 
 
-def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "") -> pd.Series:
+def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "",
+             coarsen_to: float | None = None) -> pd.Series:
+    """`series` resampled at `step`. Too many steps are refused naming `step`, or `coarsen_to` where a caller asked for
+    it (`load_demand`): the step its user gave, finer than the trace's own when that was the one refused (a refusal
+    naming the own step, '0 days 00:01:00', named a step the user never gave; audit a11)."""
     series = series.sort_index()
     if len(series) and (series.index[-1] - series.index[0]) / step > MAX_STEPS:
-        raise InputError(path or None, "step", str(step),
+        named = step if coarsen_to is None else parse_step(repr(float(coarsen_to)), file=path or None)
+        raise InputError(path or None, "step", str(named),
                          f"a step giving at most {MAX_STEPS} steps over the trace's span")
     grouped = series.resample(step, origin="epoch")
     out = grouped.sum(min_count=1) if how == "sum" else grouped.mean()
@@ -393,7 +398,7 @@ def check_header(path: str, *, fold_case: bool = False) -> None:
         seen[key] = column
 
 
-def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
+def _load_csv(path: str, step: pd.Timedelta | None, coarsen_to: float | None = None) -> pd.Series:
     df, cols = _read_table(path, "a readable UTF-8 CSV with header timestamp,value")
     for need in ("timestamp", "value"):
         if need not in cols:
@@ -423,8 +428,9 @@ def _load_csv(path: str, step: pd.Timedelta | None) -> pd.Series:
             raise InputError(path, "timestamp", "one distinct time", "at least two distinct timestamps")
         return _regular(series, step, "mean", path)
     what = "the median gap between its times"
-    own = own_step(Decimal(repr(float(np.median(diffs)))) / 1_000_000_000, step, path, "timestamp", what)
-    out = _regular(series, step or own, "mean", path)
+    own = own_step(Decimal(repr(float(np.median(diffs)))) / 1_000_000_000, step, path, "timestamp", what,
+                   coarsen_to)
+    out = _regular(series, _load_step(own, step, coarsen_to, path), "mean", path, coarsen_to)
     _own_step_of(out, own, what)
     return out
 
@@ -438,24 +444,39 @@ def _own_step_of(out: pd.Series, own: pd.Timedelta, what: str) -> None:
 
 
 class OwnStepTooFine(InputError):
-    """`own_step`'s refusal of a trace whose own step is under 1s, loaded without a step: a caller with a step of its
-    own loads it again at that step (the simulator at its --step, `balancer.app.scenarios.load_trace_shape`)."""
+    """`own_step`'s refusal of a trace whose own step is under 1s, loaded without a step or `coarsen_to`: told apart
+    from the trace's other refusals by `balancer.app.scenarios.load_trace_shape` when a trace refused at the
+    simulator's --step is loaded again at a finer step, to name the --step that plays it."""
 
 
-def own_step(seconds: Decimal, step: pd.Timedelta | None, path: str, field: str, what: str) -> pd.Timedelta:
+def own_step(seconds: Decimal, step: pd.Timedelta | None, path: str, field: str, what: str,
+             coarsen_to: float | None = None) -> pd.Timedelta:
     """A trace's own step (`what`: how it was read off the trace, e.g. the median gap between its times), held to what
     `parse_step` makes of a --step: whole microseconds, and without a `step` to resample to, at least 1s. Unrounded,
     a gap of 600.0000015 s was a step pandas refused to resample times held in microseconds at (a traceback);
     shorter than 1s, the trace loaded and the backtest refused it as too short ('a longer trace'), nothing naming the
-    step. Computed once per load: it is both the step loaded at without --step and the one kept (`_own_step_of`)."""
+    step. Computed once per load: it is both the step loaded at without --step and the one kept (`_own_step_of`).
+    With `coarsen_to` a step under 1s is not refused: the trace loads at `coarsen_to` (`_load_step`)."""
     td = _whole_us(seconds)
-    if step is None and td < MIN_STEP:
+    if step is None and coarsen_to is None and td < MIN_STEP:
         raise OwnStepTooFine(path, field, f"{float(seconds):g}s", "a trace whose own step is at least 1s, or a "
                              "--step of at least 1s to resample it", detail=f"{what}, the trace's step without --step")
     return td
 
 
-def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -> pd.Series:
+def _load_step(own: pd.Timedelta, step: pd.Timedelta | None, coarsen_to: float | None, path: str) -> pd.Timedelta:
+    """The step a trace whose own step is `own` loads at: `step` when given; else `coarsen_to` (seconds) where `own` is
+    finer or under 1s, read as a --step is (`parse_step`: under 1s refused); else `own`. What `load_trace_shape`
+    once had by loading the trace at its own step and, finer than the simulator's, again at that step: one parse."""
+    if step is not None:
+        return step
+    if coarsen_to is not None and (own.total_seconds() < coarsen_to or own < MIN_STEP):
+        return parse_step(repr(float(coarsen_to)), file=path)
+    return own
+
+
+def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp,
+                   coarsen_to: float | None = None) -> pd.Series:
     folder = Path(path)
     if not folder.is_dir():
         raise InputError(path, "trace", path, "a folder of ServeGen client CSV files")
@@ -487,22 +508,22 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp) -
                          "the clients' span", detail=str(exc)) from exc
     index = origin + pd.to_timedelta(first + native * np.arange(len(total)), unit="s")
     series = pd.Series(total, index=index)
-    own = own_step(Decimal(repr(float(native))), step, path, "window_start_s", "the clients' window")
-    out = _regular(series, step or own, "mean", path)
+    own = own_step(Decimal(repr(float(native))), step, path, "window_start_s", "the clients' window", coarsen_to)
+    out = _regular(series, _load_step(own, step, coarsen_to, path), "mean", path, coarsen_to)
     _own_step_of(out, own, "the clients' window")
     return out
 
 
-def _load_requests(path: str, step: pd.Timedelta | None) -> pd.Series:
+def _load_requests(path: str, step: pd.Timedelta | None, coarsen_to: float | None = None) -> pd.Series:
     df, cols = _read_table(path, "a readable UTF-8 CSV with a timestamp column")
     if "timestamp" not in cols:
         raise InputError(path, "header", list(df.columns), "a column named 'timestamp' (any case)")
     if df.empty:
         raise InputError(path, "rows", 0, "at least one request")
-    step = step or pd.Timedelta("1min")
     index = to_utc(df[cols["timestamp"]], path, "timestamp")
     _not_a_demand_trace(df, cols, index, path)
-    rps = _regular(pd.Series(1.0, index=index), step, "sum", path).fillna(0.0) / step.total_seconds()
+    step = _load_step(pd.Timedelta("1min"), step, coarsen_to, path)   # a log's own step: 1 min
+    rps = _regular(pd.Series(1.0, index=index), step, "sum", path, coarsen_to).fillna(0.0) / step.total_seconds()
     if index.min() > rps.index[0]:   # the first step began before the log's first request: partly seen
         rps.iloc[0] = np.nan
     rps.iloc[-1] = np.nan   # the last ends after the log's last request
@@ -572,20 +593,26 @@ def _origin(origin: str | pd.Timestamp | None, path: str) -> pd.Timestamp:
 
 
 def load_demand(path: str | os.PathLike, fmt: str = "csv", step: str | None = None,
-                origin: str | pd.Timestamp | None = None) -> pd.Series:
-    """Load a demand trace as req/s on a regular tz-aware UTC index (NaN where missing)."""
+                origin: str | pd.Timestamp | None = None, *, coarsen_to: float | None = None) -> pd.Series:
+    """Load a demand trace as req/s on a regular tz-aware UTC index (NaN where missing).
+
+    `coarsen_to` (seconds; not with `step`): the trace at its own step, or at `coarsen_to` where its own is finer (or
+    under 1s), averaged (a requests log counted) as at that `step`: a simulator playing the trace at its step reads
+    it once. Loading it at its own step and again at the coarser one parsed a 5M-row log twice (about 10 s)."""
     path = str(path)
+    if step is not None and coarsen_to is not None:
+        raise TypeError("load_demand: step or coarsen_to, not both")
     if fmt not in FORMATS:
         raise InputError(path, "format", fmt, ", ".join(FORMATS))
     if not os.path.exists(path):
         raise InputError(path, "trace", path, "an existing file or folder")
     td = parse_step(step, file=path) if step is not None else None
     if fmt == "csv":
-        out = _load_csv(path, td)
+        out = _load_csv(path, td, coarsen_to)
     elif fmt == "servegen":
-        out = _load_servegen(path, td, _origin(origin, path))
+        out = _load_servegen(path, td, _origin(origin, path), coarsen_to)
     else:
-        out = _load_requests(path, td)
+        out = _load_requests(path, td, coarsen_to)
     if len(out) < 2:
         raise InputError(path, "rows", len(out), "a trace spanning at least two steps")
     observed = int(out.notna().sum())

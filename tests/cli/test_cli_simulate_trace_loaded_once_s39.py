@@ -1,6 +1,7 @@
 """The hotspot scenario reads a `simulate --trace` once, not once per service (audit a9 of
 4ea58ae7). Before: its setup called `demand_from_trace` in its service loop and parsed the file for each of its
-three services (each time twice for a trace finer than --step)."""
+three services (each time twice for a trace finer than --step). A trace finer than --step is loaded once too, at
+--step (`load_demand`'s coarsen_to; session 40): loaded at its own step and again at --step, it was parsed twice."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ MINUTES = 60
 
 @pytest.mark.parametrize("rows, loads", [
     pytest.param(lambda m: [(START + 60 * m, 1 + m)], 1, id="a trace at the simulator's step: one load"),
-    pytest.param(lambda m: [(START + 60 * m + s, 1 + m) for s in range(60)], 2,
-                 id="a finer trace: one load and one at the step"),
+    pytest.param(lambda m: [(START + 60 * m + s, 1 + m) for s in range(60)], 1,
+                 id="a finer trace: one load, at the step"),
 ])
 def test_the_hotspot_setup_reads_the_trace_once_for_all_its_services(tmp_path, monkeypatch, rows, loads):
     trace = tmp_path / "trace.csv"
