@@ -8,9 +8,9 @@ operator set while gputide's cap was in force. The agent keeps, per GPU under it
 when none), which may yet land, so that an agent restarted meanwhile judges it as the one that made it would
 (`exporters.power_caps`), rather than take its own cap for an operator's (a first cap's, ``set_w`` NaN, is written
 before it is asked, in the write that keeps ``before_w`` where it can: an agent stopped as it lands leaves a record that
-says so); and whether gputide's first cap was seen refused (``refused``: none of its Sets landed), so that an agent
-restarted meanwhile takes an operator's limit at the cap's watts for the operator's, as the one that saw the refusal
-does, rather than for its own cap.
+says so); and whether gputide's first cap was seen refused (``refused``: none of its Sets landed) or found in force
+already with nothing recorded (the same mark: no Set of ours made it), so that an agent restarted meanwhile takes an
+operator's limit at the cap's watts for the operator's, as the one that saw it does, rather than for its own cap.
 
 It lives in a small JSON file on the node (``{"GPU-...": {"before_w": 250.0, "set_w": 200.0}}``, ``pending_w`` only
 while a Set is pending or a first cap being asked, ``"refused": true`` only while a first cap is refused: a file without
@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 
 class Held(NamedTuple):
     """A GPU under gputide's cap: the limit in force before it (never raised above), the one gputide set, the one a
-    Set that has not returned asked for, and whether its first cap (`set_w` NaN) was seen refused."""
+    Set that has not returned asked for, and whether its first cap (`set_w` NaN) was seen refused or found in force
+    already (either way no Set of gputide's made it: the give-back asks none)."""
 
     before_w: float
     set_w: float = math.nan
