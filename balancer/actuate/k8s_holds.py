@@ -329,7 +329,7 @@ class Holds:
         pod's mirror, `Usage.comes_back`), or its grace ending after the hour a hold lasts ("late": its owner
         deleted it with a long grace, after the eviction of a victim found it terminating). All were said stuck
         past their grace, a minute into a grace of two hours."""
-        return "stuck" if past_grace(pod.deleting or None, now) else "back" if pod.comes_back else "late"
+        return "stuck" if past_grace(pod.deleting, now) else "back" if pod.comes_back else "late"
 
     @staticmethod
     def _not_coming_said(why: Mapping[str, str]) -> str:

@@ -81,7 +81,7 @@ terminating or gone by a later pass (not finished on its own), it is counted and
 answer `UNANSWERED_ASKS` times in the preemption, found running after each, is not asked again: with nothing else
 leaving, the node is given back, and the pod does not preempt that victim there for `reserve_s` (`Preemptor.resume`;
 that pod by its uid: one made again under its name, a StatefulSet's or a Job's retry, weighs every victim afresh; and
-that victim by its uid: one made again under its name was never asked, `_passed_until`);
+that victim by its uid: one made again under its name was never asked, `_passed`);
 each such eviction renews the hold by `reserve_s` while it awaits its verdict (`Evictions.holding`), so that the hold
 outlasts passes less than `reserve_s` apart that count them (refusals alone for `reserve_s` let it lapse, and the count
 with it: a later preemption counts afresh). An answered refusal between them (429: a budget, or
@@ -196,11 +196,10 @@ def disruption(pod: Json) -> str | None:
     return None
 
 
-def _passed_until(passed: Mapping[tuple[str, str], tuple[float, str]], node: str, bound: Any) -> float | None:
-    """Until when the pod `bound` (`k8s_reads.Usage`) on `node` is passed over (`passed`: `Preemptor._passed_over`),
-    None where it is not: only the pod of the uid whose evictions went unanswered (`_same_pod`)."""
-    until, uid = passed.get((node, bound.key), (None, ""))
-    return until if until is not None and _same_pod(uid, bound) else None
+def _passed(passed: Mapping[tuple[str, str], tuple[float, str]], node: str, bound: Any) -> bool:
+    """Whether the pod `bound` (`k8s_reads.Usage`) on `node` is passed over (`passed`: `Preemptor._passed_over`): only
+    the pod of the uid whose evictions went unanswered (`_same_pod`)."""
+    return (node, bound.key) in passed and _same_pod(passed[node, bound.key][1], bound)
 
 
 def _same_pod(uid: str, bound: Any) -> bool:
@@ -339,13 +338,14 @@ def past_grace(ends: float | None, now: float) -> bool:
     one removes, a kubelet that hangs). Asked both where a pod's room is weighed (`room_coming`: past it, no room
     coming) and where a hold at its hour is kept for its victims (`k8s_stuck`: past it, kept while they are there).
 
-    One whose end cannot be read (`ends` None) is taken as within its grace: nothing says it is stuck, and taken as
-    stuck the planner would count its room as never coming and evict other pods in its place on that guess, and a
-    hold would be kept past the hour with a PreemptionStuck Event and the alert for a pod not known to be stuck.
-    Within it, nothing more is evicted: the pod waits for it, as kube-scheduler waits for any pod terminating on a
-    nominated node, its hold lapsing at the hour as any does (and made again while that pod is still there). The two
-    readers disagreed: `room_coming` counted such a pod as coming, `k8s_stuck` as stuck."""
-    return ends is not None and now >= ends + GRACE_SLACK_S
+    One whose end cannot be read (`ends` None, or 0.0: `Usage.deleting`, so callers pass it as it is) is taken as
+    within its grace: nothing says it is stuck, and taken as stuck the planner would count its room as never coming
+    and evict other pods in its place on that guess, and a hold would be kept past the hour with a PreemptionStuck
+    Event and the alert for a pod not known to be stuck. Within it, nothing more is evicted: the pod waits for it, as
+    kube-scheduler waits for any pod terminating on a nominated node, its hold lapsing at the hour as any does (and
+    made again while that pod is still there). The two readers disagreed: `room_coming` counted such a pod as coming,
+    `k8s_stuck` as stuck."""
+    return bool(ends) and now >= ends + GRACE_SLACK_S
 
 
 class UnreadEnds:
@@ -404,11 +404,11 @@ def room_coming(pod: Any, now: float, unread: UnreadEnds) -> bool:
     hour and made again; it is counted once its grace ends within the hour. One terminating whose time cannot be
     read is logged, once while it stays so, by the scheduler judging it (`unread`: `UnreadEnds.say`), unless it is
     made again on its node: its room never comes, whatever its time, so no pod waits for it."""
-    ends = pod.deleting or None   # 0.0: not being deleted, or its time unreadable
+    ends = pod.deleting   # 0.0: not being deleted, or its time unreadable
     if UnreadEnds.of(pod):
         unread.say(pod)
     return bool(pod.terminating) and not pod.comes_back and not past_grace(ends, now) and (
-        ends is None or ends - MAX_HOLD_S <= now)
+        not ends or ends - MAX_HOLD_S <= now)
 
 
 def paused(entry: Json, hot_until: float | None, now: float, reserve_s: float, max_hold_s: float = MAX_HOLD_S) -> Json:
@@ -729,7 +729,7 @@ class Preemptor:
         bound pods (`k8s_scheduler.Usage`). None when no node can make room without breaking a budget. A victim whose
         evictions for `req` there went unanswered until its node was given back (`resume`) is none for `reserve_s`
         (for that pod, by its uid: not for one made again under its name; nor is a victim made again under its name
-        passed over, `_passed_until`).
+        passed over, `_passed`).
         `EvictionsStopped` when the emergency stop holds the preemption it would make (the cluster-wide stop), or
         only nodes labelled with the per-node stop could make room, and only by evicting (where their terminating
         pods' room suffices, the pod waits there: no pod is evicted): either way no node is reserved for it."""
@@ -740,7 +740,7 @@ class Preemptor:
         going = {n["name"]: [u for u in bound.get(n["name"], ()) if room_coming(u, now, self.unread_ends)]
                  for n in nodes}
         lower = {n["name"]: [u for u in bound.get(n["name"], ()) if u.priority < req["priority"] and not u.terminating
-                             and _passed_until(passed, n["name"], u) is None] for n in nodes}
+                             and not _passed(passed, n["name"], u)] for n in nodes}
         nodes = [n for n in nodes if _could_make_room(n, lower[n["name"]], req, going[n["name"]])]
         # a node under the per-node stop evicts none of its pods, yet its terminating pods' room comes all the same:
         # a candidate for that alone (it only waits there). Left out, a pod whose room was coming there was told
@@ -853,7 +853,7 @@ class Preemptor:
         now = self.clock()
         waited = sorted({*done.leaving, *awaiting})
         # those found terminating already: no eviction of its own, only waited for (`AWAITED`), as `awaiting`
-        said = {**entry, AWAITED: sorted({*awaiting, *done.terminating})} if done.terminating else entry
+        said = {**entry, AWAITED: sorted({*awaiting, *done.terminating})}
         done.entry = self._note(key, choice.node, entry, noted(said, done.left, waited, done.holding(now), now,
                                                                self.reserve_s))
         if not self.halted():
@@ -968,9 +968,9 @@ class Preemptor:
                                                            self.reserve_s))
 
     def _note(self, key: str, node: str, entry: Json, new: Json) -> Json:
-        """`key`'s reservation on `node` written as `new` (`noted`), unless it is `entry` as it was or `halted()`
+        """`key`'s reservation on `node` written as `new` (`noted`), unless it says what `entry` says or `halted()`
         (then `entry`, the reservation as it is)."""
-        if new is entry or self.halted():
+        if new == entry or self.halted():
             return entry
         try:
             with self.api.reserve():   # completing what the turn began
