@@ -5,7 +5,9 @@ leaseDurationSeconds, acquireTime, renewTime and leaseTransitions; a contender t
 observed (holder, renewTime, transitions and leaseDurationSeconds: an edit of the duration alone counts as a change)
 has not changed for a lease duration (measured on its own monotonic clock from when it saw the change, not
 from the holder's renewTime, so clock skew between replicas does not matter), and writes with the observed
-resourceVersion so that of two racing contenders only one wins.
+resourceVersion so that of two racing contenders only one wins. The loser's 409 is read again, as client-go's elector
+does: the holder record unchanged (the Lease's metadata alone edited), the takeover is written again, a few times at
+most (`_take`); changed, it stays a standby.
 
 A holder counts as the leader (`is_leader`) only until `renew_deadline_s` after its last successful write, a
 margin of lease duration - renew deadline before any contender may take over. Every such interval is measured on a
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 LEDGER_ANNOTATION = "gputide.io/safety-ledger"  # the holder's SafetyLedger (JSON), inherited by the next holder
 MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on all annotations of an object
 _WALL = time.time   # the real wall clock (as imported: a test that patches time.time later changes nothing here)
+# more takeover writes one try makes after a 409 that changed the Lease's metadata alone (`_take`), then a standby
+TAKEOVER_CONFLICT_RETRIES = 3
 
 
 
@@ -53,6 +57,13 @@ def _record(spec: dict) -> tuple:
     leaseDurationSeconds alone restarts the count too."""
     return (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseTransitions"),
             spec.get("leaseDurationSeconds"))
+
+
+def _holder_record(spec: dict) -> tuple:
+    """A Lease's whole holder record, `_record`'s with acquireTime (client-go's LeaderElectionRecord): what a 409 on
+    a takeover write must have left as we judged it for the takeover to be tried again (`_take`)."""
+    return _record(spec) + (spec.get("acquireTime"),)
+
 
 class LeaseLeaderElector:
     """client-go style leader election on a coordination.k8s.io/v1 Lease: call `try_acquire_or_renew()` often
@@ -215,16 +226,43 @@ class LeaseLeaderElector:
         taking_over = holder != self.identity or self._renewed_at is None
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
             self._state = None
-        annotations = self._annotations(lease)
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace, "annotations": annotations,
-                             "resourceVersion": lease["metadata"]["resourceVersion"]},
-                "spec": self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)}
-        won = self._write(what, tick, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+        ours = self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)
+        won, lease = self._take(what, tick, lease, ours, TAKEOVER_CONFLICT_RETRIES if holder != self.identity else 0)
         if won and taking_over:
             self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         return won
+
+    def _take(self, what: str, tick: float, lease: Json, ours: Json, retries: int) -> tuple[bool, Json]:
+        """Write `ours` over `lease` as read (its resourceVersion, its annotations); whether it was written, and the
+        Lease it was written over. A takeover (`retries` > 0) whose write gets a 409 reads the Lease again, as
+        client-go's elector does: if its holder record (`_holder_record`) is still the one judged (only metadata
+        changed: a label, an annotation, resourceVersion), the takeover is written again over what was read, at
+        most `retries` more times; changed (another contender took it, its holder renewed), unreadable or too busy,
+        the 409 stays why (`last_failure`): a standby, as every 409 on a takeover made it (a --once run's wait
+        ended so behind a crashed holder's Lease only relabelled). None after `release()` began (it waits for this
+        try: SIGTERM's budget to exit counts a renewal's read and write in flight, `LEASE_CALLS_TO_RELEASE`)."""
+        judged = _holder_record(lease.get("spec") or {})
+        while True:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace,
+                                 "annotations": self._annotations(lease),
+                                 "resourceVersion": lease["metadata"]["resourceVersion"]}, "spec": ours}
+            fn = self.api.coordination.replace_namespaced_lease
+            if self._write(what, tick, fn, self.name, self.namespace, body):
+                return True, lease
+            if retries <= 0 or not isinstance(self.last_failure, ConflictError) or self._halt.is_set():
+                return False, lease   # released meanwhile (SIGTERM): the try ends, as a renewal's, within two calls
+            retries -= 1
+            try:
+                again = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
+            except ActuationError as err:   # deleted (404) or out of reach: the 409 stays why
+                log.info("%s: read again after a 409 on the takeover: %s", what, err)
+                return False, lease
+            if _holder_record(again.get("spec") or {}) != judged:
+                return False, lease
+            log.info("%s: 409 on the takeover, its holder record unchanged (metadata alone): written again", what)
+            lease, self.last_failure = again, None
 
     def await_lease(self, stopping: Callable[[], bool] = lambda: False,
                     pause: Callable[[float], object] | None = None) -> bool:

@@ -3,9 +3,10 @@ started the elector's renewer thread before the wait, so the thread and `await_l
 pause), and the renewer's next try reset the failure that ended the wait (`last_failure`) before the command read
 it, a Lease the API refused then said as a standby's, exit 0. As `gputide run --once` does, the first try and the
 wait renew on demand, the wait's tries the Lease's one reader; the renewer starts only once the Lease is held, for
-the pass. A 409 on the takeover write (another contender wrote first) ends the wait for both commands: the Lease
-is that replica's now, a standby, exit 0, not one more try that wrote over it. The elector, the clock and the
-pauses are test_k8s_once_lease_expired.py's (no real waiting, no renewer thread)."""
+the pass. A 409 on the takeover write because another contender took the Lease first ends the wait for both
+commands: the Lease is that replica's now, a standby, exit 0, not one more try that wrote over it (a 409 for its
+metadata alone is test_k8s_once_lease_conflict_retry.py's). The elector, the clock and the pauses are
+test_k8s_once_lease_expired.py's (no real waiting, no renewer thread)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ def test_a_conflict_on_the_takeover_write_ends_the_wait_a_standby(kube, kubeconf
     name = "gputide-scheduler" if command == "schedule" else "gputide-controller"
     a_pending_pod(kube)
     kube.add(dead_holders_lease(name))
-    kube.inject("PUT", rf"/leases/{name}$", 409)   # another contender took it first
+    kube.before("PUT", rf"/leases/{name}$", lambda: kube.mutate(   # another contender took it first
+        "leases", name, "gputide", {"spec": {"holderIdentity": "replica-c", "leaseTransitions": 3}}))
     code = schedule_once(kubeconfig) if command == "schedule" else run_once(kubeconfig)
     out, err = capsys.readouterr()
     assert code == 0, out + err
@@ -87,5 +89,5 @@ def test_a_conflict_on_the_takeover_write_ends_the_wait_a_standby(kube, kubeconf
             else out.strip() == "cycle: standby not the leader"), out + err
     assert "could not be reached" not in err and "refused" not in err, err
     assert len(kube.calls("PUT", rf"/leases/{name}$")) == 1, "no second takeover write after the 409"
-    assert kube.get("leases", name, "gputide")["spec"]["holderIdentity"] == "crashed-replica"
+    assert kube.get("leases", name, "gputide")["spec"]["holderIdentity"] == "replica-c"
     assert not kube.calls("POST", r"/binding$")
