@@ -193,7 +193,7 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
     # epoch seconds when every cell given is a number, an empty cell aside (NaN, refused below): asking every cell
     # to be one sent a column with an empty cell and an epoch past 64 bits (pandas then types it as objects) to
     # ISO-8601, whose refusal blamed its first, valid, time (audit a9)
-    if numeric.notna().sum() == raw.notna().sum() or pd.api.types.is_numeric_dtype(raw):
+    if _only_numbers(raw, numeric) or pd.api.types.is_numeric_dtype(raw):
         index = _epoch_seconds(raw, numeric, path, column)
     else:
         try:
@@ -212,6 +212,20 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
         row = int(np.flatnonzero(outside)[0])
         raise InputError(path, column, cell(raw, row), "ISO-8601 timestamps from 1970 to 2100", detail=f"row {row + 2}")
     return index
+
+
+def _blank(value: object) -> bool:
+    return isinstance(value, str) and not value.strip()
+
+
+def _only_numbers(raw: pd.Series, numeric: pd.Series) -> bool:
+    """Whether every cell of `raw` holding something is a number (`numeric`: `raw` coerced). An empty cell holds
+    nothing whether pandas read it as NaN or as an empty string, as it does beside an integer between 2**63 and 2**64
+    (a column it leaves as text): counted as given, that empty string sent the column to ISO-8601, whose refusal named
+    the empty cell where the epoch past 2100 was the mistake (review s40). Cells neither NaN nor numbers are few in a
+    column of epoch seconds: the first one that is not blank answers for a column of ISO-8601 times at once."""
+    rest = raw[numeric.isna().to_numpy() & raw.notna().to_numpy()]
+    return rest.empty or (_blank(rest.iloc[0]) and all(map(_blank, rest)))
 
 
 def _epoch_seconds(raw: pd.Series, numeric: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
