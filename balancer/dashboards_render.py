@@ -3,7 +3,8 @@
 Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range query against a Prometheus
 (plain HTTP, `/api/v1/query_range`; the queries Grafana runs, `queries`: not those hidden, `hide: true`) and draws
 the panels with matplotlib where Grafana would put them (`gridPos` on the 24-column grid; a collapsed row's panels
-too, where Grafana puts them when the row is opened), one PNG per dashboard:
+too, where Grafana puts them when the row is opened; each row's title on a header band in its grid row, as Grafana
+shows it, `row_headers`), one PNG per dashboard:
 
 - timeseries: lines (stacked areas or bars when the panel stacks or draws bars) on the query's steps, a step
   without a sample a gap as in Grafana (not a line across it, not 0), every dashboard annotation (e.g. GPU loans
@@ -325,27 +326,45 @@ def _check_panel(panel: object, where: str, in_row: bool = False) -> None:
 
 
 def _check_row(row: dict, where: str) -> None:
-    """A collapsed row keeps its panels inside it (`panels`): each is checked as the others, for each is drawn, and
-    the row's own place on the grid is where they are drawn below (`laid_out`)."""
-    if not row.get("collapsed") or not row.get("panels"):
+    """A row's title and its place on the grid, where it has one, are drawn as its header (`row_headers`). A collapsed
+    row keeps its panels inside it (`panels`): each is checked as the others, for each is drawn, and the row's own
+    place is where they are drawn below (`laid_out`), so it needs one."""
+    holds = bool(row.get("collapsed") and row.get("panels"))
+    _check(row, {"title": str, "gridPos": _PANEL["gridPos"] if holds else _PANEL["gridPos"].spec}, where)
+    if "gridPos" in row:
+        _check_grid(row["gridPos"], where)
+    if not holds:
         return
-    _check(row, {"panels": list, "gridPos": _PANEL["gridPos"]}, where)
-    _check_grid(row["gridPos"], where)
+    _check(row, {"panels": list}, where)
     for j, panel in enumerate(row["panels"]):
         _check_panel(panel, f"{where}.panels[{j}]", in_row=True)
 
 
 def laid_out(panels: list[dict]) -> list[tuple[str, dict]]:
-    """Every panel drawn (rows are not), with where it is in the file, placed as Grafana shows the dashboard with
-    every collapsed row opened: a collapsed row keeps its panels inside it at the places they had when it was last
-    open, and Grafana, opening it, moves them right below the row (their top one on the row's next grid row, the
-    others kept where they are from it) and every panel below the row down by as much as they take. (Grafana
-    measures from the row's first panel, which is its top one as Grafana saves them; this from the top one.)
+    """Every panel drawn (rows are headers, `row_headers`), with where it is in the file, placed as Grafana shows the
+    dashboard with every collapsed row opened: a collapsed row keeps its panels inside it at the places they had when
+    it was last open, and Grafana, opening it, moves them right below the row (their top one on the row's next grid
+    row, the others kept where they are from it) and every panel below the row down by as much as they take.
+    (Grafana measures from the row's first panel, which is its top one as Grafana saves them; this from the top one.)
     `panels` checked by `_check_panel`: a panel moved is a copy."""
+    return [(where, p) for where, p in _placed(panels) if p.get("type") != "row"]
+
+
+def row_headers(panels: list[dict]) -> list[tuple[str, dict]]:
+    """Every row with a place on the grid, with where it is in the file, placed as `laid_out` places the panels (a
+    row below an opened collapsed row moved down with the panels below it): where Grafana draws its header, its title
+    in a band across the dashboard, a collapsed row's as an open one's, its panels below it. A row without a
+    `gridPos` (Grafana saves one for every row) has no place to draw it at."""
+    return [(where, p) for where, p in _placed(panels) if p.get("type") == "row"]
+
+
+def _placed(panels: list[dict]) -> list[tuple[str, dict]]:
+    """The panels and the rows with a place, in the file's order, placed with every collapsed row opened."""
     out, shift = [], 0
     for i, panel in enumerate(panels):
-        if panel.get("type") != "row":
+        if panel.get("type") != "row" or "gridPos" in panel:
             out.append((f"panels[{i}]", _moved(panel, shift)))
+        if panel.get("type") != "row":
             continue
         inner = panel.get("panels") if panel.get("collapsed") else None
         if not inner:
@@ -362,8 +381,8 @@ def _moved(panel: dict, down: int) -> dict:
 
 
 def _check_layout(panels: list[dict]) -> None:
-    """Opening the collapsed rows moves panels down: each must still end within the PNG's grid rows."""
-    for where, panel in laid_out(panels):
+    """Opening the collapsed rows moves panels and rows down: each must still end within the PNG's grid rows."""
+    for where, panel in _placed(panels):
         g = panel["gridPos"]
         if g["y"] + g["h"] > MAX_GRID_ROWS:
             raise _Bad(f"{where}.gridPos.h", g["h"], f"a height ending within the {MAX_GRID_ROWS} grid rows a PNG "
@@ -553,8 +572,9 @@ HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile
 def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: RenderReport, name: str) -> Path:
     variables = resolve_variables(dashboard, renderer.client)
     panels = [p for _, p in laid_out(dashboard["panels"])]
+    headers = [r for _, r in row_headers(dashboard["panels"])]
     header = 2  # grid rows above the panels for the dashboard title
-    rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels), default=1) + header
+    rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels + headers), default=1) + header
     fig = Figure(figsize=(22, max(4.0, rows * 0.45)))
     fig.suptitle(f"{dashboard.get('title')} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime(renderer.end))} UTC)",
                  fontsize=14, y=1 - 0.5 / rows)
@@ -565,6 +585,8 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
         annotations.append((ann.get("name", "annotation"), times, annotation_colour(ann.get("iconColor"), i)))
     report.markers[name] = [(n, colour, len(times)) for n, times, colour in annotations]
     report.empty_panels[name], report.series[name] = [], {}
+    for row in headers:
+        _row_header(fig, row, (header + row["gridPos"]["y"]) / rows, 1 / rows)
     for panel in panels:
         g = panel["gridPos"]
         # a 1-column or 1-row panel (Grafana's least) is drawn small, not refused by matplotlib for its negative size
@@ -619,6 +641,23 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
     if panel["type"] in ("timeseries", "heatmap"):
         ax.xaxis_date()
         ax.tick_params(axis="x", labelsize=6)
+
+
+def _row_header(fig, row: dict, top: float, grid_row: float) -> None:
+    """A row's header, as Grafana draws it: its title (bold) on a band across the dashboard, in the row's first grid
+    row (`top`, from the figure's top, and `grid_row` high, in figure fractions). The band is the lower half of that
+    grid row, its title at its foot: the panel above ends a quarter of a grid row above the row's, its tick labels
+    below that (a node x GPU grid's reach half a grid row further); the panels below have their titles in their own
+    first grid row. A collapsed row's is drawn as an open one's: its panels are drawn below it, where Grafana opens
+    them."""
+    ax = fig.add_axes((0.03, 1 - top - grid_row, 0.95, 0.5 * grid_row))
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_facecolor("#eef0f3")   # a band, as Grafana's row header (axis("off") would hide it)
+    ax.text(0.005, 0.04, row.get("title", ""), ha="left", va="bottom", transform=ax.transAxes, fontsize=10,
+            fontweight="bold", clip_on=True)
 
 
 def _library_placeholder(ax, panel: dict) -> str:

@@ -7,8 +7,9 @@ panel on a Prometheus without any MIG GPU is expected to be empty and does not c
 never queries, such as a text panel; a graph or stat without queries counts, as Grafana shows it "No data"). Bad input
 exits 2 naming the flag or the file and field: a dashboard file without what the renderer reads (a string title, a
 list of panels, each with its type, or a library panel reference, drawn as a placeholder, and its place on the grid;
-a collapsed row's panels are checked, queried and drawn as the others, where Grafana opens them), a --step that needs
-more points than Prometheus answers, a `build --check` against a folder that is not there.
+a collapsed row's panels are checked, queried and drawn as the others, where Grafana opens them, and every row's
+title, drawn as its header, a string and its place, where it has one, on the grid), a --step that needs more points
+than Prometheus answers, a `build --check` against a folder that is not there.
 """
 
 from __future__ import annotations
