@@ -34,13 +34,16 @@ What `PowerCapAgent.sync()` does, each interval:
   A GPU whose limit cannot be read is not capped for the first time until it can (its limit before would be unknown;
   counted failed meanwhile), nor, once capped, given a changed cap (the Set would not be checked against the limit:
   one an operator lowered meanwhile was raised), nor its first cap's give-back judged (whether that cap landed is
-  told from the limit: its limit before is kept meanwhile). A GPU found already at the cap asked (below its
-  default) with nothing remembered is not asked: no Set of gputide's put that limit there (each first cap is written
-  down before it is asked), so it is an operator's, written down as a refused first cap in force is, and its give-back
-  or deletion leaves it (was: the default restored over the operator's limit, or, without CAP_SYS_ADMIN, a Set the
-  driver refused, failing every sync for good); a lower cap is held to it. An agent restarted under its own cap with
-  the state file lost, or none kept, takes that cap for an operator's too: its give-back leaves it in force (was: the
-  default restored, whoever had set that limit).
+  told from the limit: its limit before is kept meanwhile). With a state file, a GPU found already at the cap asked
+  (below its default) with nothing remembered is not asked: no Set of gputide's put that limit there (each first cap
+  is written down before it is asked), so it is an operator's, written down as a refused first cap in force is, and
+  its give-back or deletion leaves it (was: the default restored over the operator's limit, or, without
+  CAP_SYS_ADMIN, a Set the driver refused, failing every sync for good); a lower cap is held to it. An agent
+  restarted under its own cap with the state file lost takes that cap for an operator's too: its give-back leaves it
+  in force (was: the default restored, whoever had set that limit). Without a state file (the exporter's
+  ``--power-caps-file`` agent) nothing remembered tells nothing, since a restarted agent remembers nothing of its own
+  caps either: such a GPU is capped as any other and its give-back restores the default (an operator's limit at the
+  cap's watts too), rather than leave gputide's cap on for good.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
   hand with ``nvidia-smi -pl``, or back at its default after a GPU reset or a driver reload) gets it again (listed
   in `lost` for that sync, logged); a GPU running *below* it (lowered by hand) is left alone.
@@ -97,9 +100,9 @@ changed. A GPU no longer asked for anything (its give-back settled another way: 
 no longer on the node waits no more; one whose limit is unread keeps its wait. Any other refusal (a lost GPU, a Set
 past its deadline, a limit moved) is asked again at every sync, and ends a wait. No Set is asked for the limit already
 in force: the NVML target counts it done without a call (its milliwatts equal), and a first cap seen refused whose GPU
-an operator put at its watts is not asked (in force, and the operator's: `_held_down`), nor one whose GPU is found at
-its watts with nothing written down (`_found_in_force`). Asked, a node already at the watts asked failed every sync for
-good without CAP_SYS_ADMIN.
+an operator put at its watts is not asked (in force, and the operator's: `_held_down`), nor, with a state file, one
+whose GPU is found at its watts with nothing written down (`_found_in_force`). Asked, a node already at the watts
+asked failed every sync for good without CAP_SYS_ADMIN.
 
 Besides the source and the limits before, the agent remembers only what it applied since it started: a restarted
 agent applies every cap again (a limit set by hand on a GPU the source names is overwritten then). A cap whose key
@@ -623,7 +626,7 @@ class PowerCapAgent:
         the operator's, not gputide's (`_not_capped_yet`). Asked, the NVML target counts a Set at the limit in force
         done without a call, and the operator's limit became gputide's cap: given back, the GPU was forgotten, and an
         agent restarted under the give-back the controller keeps raised it to the default. So is a first cap whose
-        GPU already runs at it with nothing written down (`_found_in_force`)."""
+        GPU already runs at it with nothing written down, with a state file (`_found_in_force`)."""
         held_down = {}
         for uuid, watts in requests.items():
             held = self.before.get(uuid)
@@ -649,8 +652,12 @@ class PowerCapAgent:
         (the NVML target counts the limit in force done), and its give-back restored the default, overriding the
         operator's limit, or, without CAP_SYS_ADMIN, had the Set refused and failed every sync for good. A GPU this
         agent has carried a request out for (a give-back) is capped as any other; one at its default limit (a cap at
-        or above it) has no cap in force to take for anybody's."""
-        if uuid in self._asked or not holds(limit, watts):
+        or above it) has no cap in force to take for anybody's. Without a state file (`LimitsBefore.path` None: the
+        exporter's ``--power-caps-file`` agent, ``power-cap-agent`` without ``--state-file``) none is: nothing written
+        down tells nothing there, since an agent restarted under its own cap finds it so too, and taking that cap for
+        the operator's left it on for good (its give-back or deletion left it in force); capped as any other, its
+        give-back restores the default, as before."""
+        if uuid in self._asked or self.before.path is None or not holds(limit, watts):
             return False
         log.warning("%s already runs at the %.0f W cap asked, which gputide did not set (none written down): taken "
                     "for the operator's limit, not asked, and left in force when the cap is given back", uuid, watts)

@@ -11,10 +11,12 @@ power limit needs root and CAP_SYS_ADMIN on the device), reads its node's annota
 as `exporters.power_caps.PowerCapAgent` says: never above a GPU's default limit, nor above the limit the GPU ran
 at before gputide's first cap (an operator's ``nvidia-smi -pl``; a give-back puts that limit back), a cap raised by
 hand applied again, an entry removed given back; an unreadable or malformed annotation changes nothing. The limits
-found before gputide's caps are kept in `--state-file` (a JSON file on the node, a hostPath: without one they are
-kept in memory, and a restarted agent gives a GPU capped before its restart back to the default limit); what it
-applied is kept only while it runs: it applies the whole annotation when it starts, and removing it leaves the
-limits it set (NVML keeps them until the driver reloads): delete the annotation first.
+found before gputide's caps are kept in `--state-file` (a JSON file on the node, a hostPath; a GPU found at the first
+cap asked, below its default, with nothing kept there is the operator's: not asked, left in force by the give-back.
+Without one they are kept in memory, and a restarted agent, which finds its own cap so, gives a GPU capped before its
+restart back to the default limit); what it applied is kept only while it runs: it applies the whole annotation when
+it starts, and removing it leaves the limits it set (NVML keeps them until the driver reloads): delete the annotation
+first.
 
 NVML can stop answering under the agent (another user of the library in the process shut it down, the driver
 unloaded or reloaded): a sync that finds it so changes no limit and fails (counted, logged once), and each later sync
@@ -36,12 +38,13 @@ minutes by default). Caps written without an expiry (an older controller) never 
 given back; once per GPU and expiry; published at 0 for every GPU NVML names when the agent starts, and for one it
 names later once a cap is applied to it: a counter first published at 1 is no increase to `GputidePowerCapsExpired`),
 `gputide_power_cap_agent_limit_before_watts{UUID}` (one per GPU under gputide's cap: the limit its give-back
-restores, as the state file keeps it; none for a GPU whose first cap the driver refused, kept there though it
-restores nothing), `gputide_power_cap_agent_last_sync_timestamp_seconds` and
-`gputide_power_cap_agent_syncs_total{result}` (`applied`, `unchanged`, `failed`: the annotation unreadable or
-malformed, NVML refusing a GPU or not answering at all, a GPU's limit unreadable, or the state file unwritable; alert
-`GputidePowerCapAgentFailing`; the log says why, once per reason, and when syncs complete again). The exporter's
-next scrape reports the new limit as `DCGM_FI_DEV_POWER_MGMT_LIMIT`.
+restores, as the state file keeps it; none for a GPU whose first cap the driver refused or, with a state file, was
+found in force already, kept there though it restores nothing),
+`gputide_power_cap_agent_last_sync_timestamp_seconds` and `gputide_power_cap_agent_syncs_total{result}` (`applied`,
+`unchanged`, `failed`: the annotation unreadable or malformed, NVML refusing a GPU or not answering at all, a GPU's
+limit unreadable, or the state file unwritable; alert `GputidePowerCapAgentFailing`; the log says why, once per
+reason, and when syncs complete again). The exporter's next scrape reports the new limit as
+`DCGM_FI_DEV_POWER_MGMT_LIMIT`.
 The same port serves the probes (`balancer.app.health`, `AgentHealth`): `/healthz` fails once no sync has ended
 (whatever its result) for `stall_limit_s` (60 s at the default 10 s interval), so the kubelet restarts an agent
 stuck in a call (its metrics thread would keep answering, `up` stay 1 and no alert fire); and once one of its NVML
@@ -120,9 +123,10 @@ class AgentMetrics:
 
     def held(self, agent: Any) -> None:
         """The GPUs the agent holds under its cap, with the limit each is given back to. A GPU whose first cap the
-        driver refused (`Held.refused`) is under none, and its give-back restores nothing: its record stays in the
-        state file while the cap is asked and while its give-back lasts, its limit before no longer followed then
-        (served, an operator's ``-pl 300`` after the give-back left it saying 700 W would be restored)."""
+        driver refused or, with a state file, was found in force already (`Held.refused` either way) is under none,
+        and its give-back restores nothing: its record stays in the state file while the cap is asked and while its
+        give-back lasts, its limit before no longer followed then (served, an operator's ``-pl 300`` after the
+        give-back left it saying 700 W would be restored)."""
         before = getattr(agent, "before", None)
         if before is None:
             return
