@@ -396,17 +396,21 @@ class LeaseLeaderElector:
         with a warning, rather than left unwritten (a successor then inherited an older ledger, or none). One that
         cannot be cut (it is no ledger) raises ValueError and the Lease keeps the last one saved: the caller tries
         again. So does a write that fails, or one this replica may not make (it does not hold the Lease):
-        `LedgerNotSaved`, the ledger kept for our next write as holder (the renewer's, if it comes first)."""
+        `LedgerNotSaved`, the ledger kept for our next write as holder (the renewer's, if it comes first).
+        No write is made only while the Lease holds `text` as of a try that succeeded: after one that failed (a
+        reservation the Lease did not take, a renewal) the ledger before it, still on the Lease, is written again,
+        and the failure raised. Reported saved with no I/O, it told the loop the Lease takes writes again: the moves
+        held back for the reservation went back to the planner, to be held back again every cycle."""
         text, dropped = fit(text, MAX_LEDGER_BYTES)
         if dropped:
             log.warning("safety ledger over the Lease annotation's %d bytes: %d oldest entries (cooldowns first, "
                         "evictions last) left out of what a successor inherits", MAX_LEDGER_BYTES, dropped)
         with self._lock:
             self._state, failure = text, None
-            if self._persisted != text and self.is_leader:
+            if (self._persisted != text or self.last_failure is not None) and self.is_leader:
                 self._try_acquire_or_renew()
                 failure = self.last_failure   # this try's (an earlier try's, the renewer's, is not why)
-            if self._persisted != text:
+            if self._persisted != text or failure is not None:
                 reason = "not_leader" if failure is None else _ledger_reason(failure)
                 raise LedgerNotSaved(reason, f"lease {self.namespace}/{self.name}: safety ledger not written "
                                              f"({reason}); kept for the next write as holder")
