@@ -158,9 +158,18 @@ def annotation_map_change(node: Json, key: str, updates: Mapping[str, Any]) -> J
     return annotation_patch(node, key, current, {k: v for k, v in {**current, **updates}.items() if v is not None})
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """Whether `a` and `b` (values of an annotation's JSON map) are equal and would be written alike: Python's
+    equality holds across types a reader tells apart (`10.0 == 10`, `True == 1`, while `k8s_filters.counts_against`
+    ranks only an integer priority), so an entry saved by an older or foreign writer as `10.0` compared equal to
+    its correction and was never rewritten. What reads equal is serialised only then (`json.dumps`, as written)."""
+    return a == b and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
 def annotation_patch(node: Json, key: str, current: Mapping[str, Any], new: Mapping[str, Any]) -> Json | None:
-    """The patch that turns annotation `key`'s JSON map `current` into `new` (none when nothing changes)."""
-    if new == current and (not new or key in ((node.get("metadata") or {}).get("annotations") or {})):
+    """The patch that turns annotation `key`'s JSON map `current` into `new` (none when nothing changes, types
+    included: `same_json`)."""
+    if same_json(new, current) and (not new or key in ((node.get("metadata") or {}).get("annotations") or {})):
         return None
     return {"metadata": {"annotations": {key: json.dumps(new, sort_keys=True) if new else None}}}
 

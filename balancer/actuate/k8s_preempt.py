@@ -131,7 +131,7 @@ from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold
 )
 from balancer.actuate.k8s_jobs import EVICTED_CONDITION
 from balancer.actuate.k8s_migrate import eviction
-from balancer.actuate.k8s_nodes import annotation_map_change
+from balancer.actuate.k8s_nodes import annotation_map_change, same_json
 from balancer.actuate.k8s_preempt_doubts import NEVER, Doubts
 from balancer.actuate.k8s_workloads import disruption_budget
 from balancer.actuate.kubernetes import (
@@ -968,9 +968,10 @@ class Preemptor:
                                                            self.reserve_s))
 
     def _note(self, key: str, node: str, entry: Json, new: Json) -> Json:
-        """`key`'s reservation on `node` written as `new` (`noted`), unless it says what `entry` says or `halted()`
-        (then `entry`, the reservation as it is)."""
-        if new == entry or self.halted():
+        """`key`'s reservation on `node` written as `new` (`noted`), unless it says what `entry` says, in the same
+        types (`same_json`: `ranked`'s priority 10 is news to a hold saved saying 10.0), or `halted()` (then
+        `entry`, the reservation as it is)."""
+        if same_json(new, entry) or self.halted():
             return entry
         try:
             with self.api.reserve():   # completing what the turn began
