@@ -36,6 +36,11 @@ Variables are resolved the way Grafana does on first load: "All" variables take 
 first label value; `$__rate_interval` is max(4 x scrape interval, step + scrape interval). A Prometheus that
 cannot be reached raises `TelemetryUnavailable`; a panel without data is drawn with "No data" and counted in
 the returned `RenderReport`, so a test or CI job can insist on data.
+
+The dashboard's words (its title, its rows' and panels' titles, a placeholder's type or uid) are drawn as written,
+`$` and all (`parse_math=False`): matplotlib reads the text between two `$` as mathtext, and `Rate over
+$__rate_interval on $node` failed the render, `GPU $gpu on $node` lost its `$` to italics. Their template variables
+are not replaced by the values, as Grafana shows them: the values resolved here are PromQL regexes, not those.
 """
 
 from __future__ import annotations
@@ -208,7 +213,7 @@ _VALUE_MAPPING = {"options": _Each((dict, type(None)))}
 _LIBRARY_REF = {"title": str, "gridPos": _PANEL["gridPos"], "libraryPanel": _Need({"uid": str, "name": str})}
 _DASHBOARD = {
     "title": _Need(str), "uid": str,
-    "panels": _Need(list),   # of _PANEL, each checked by _check_panel (a row its type, a collapsed one its panels)
+    "panels": _Need(list),   # of _PANEL, each checked by _check_panel (a row as _check_row: its title and place)
     "templating": {"list": [{"name": _Need(str), "type": str, "allValue": (str, type(None)),
                              "query": (str, dict)}]},
     "annotations": {"list": [{"expr": str}]},
@@ -311,8 +316,9 @@ def queries(panel: dict) -> list[dict]:
 
 
 def _check_panel(panel: object, where: str, in_row: bool = False) -> None:
-    """One panel: a row only needs its type (the renderer skips it), unless it holds its panels (collapsed); a library
-    panel reference its place and the reference (drawn as a placeholder); every other panel is drawn, on the grid."""
+    """One panel: a row is drawn as a header (`_check_row`: its title a string, its place, where it has one, on the
+    grid; a collapsed one's panels each checked as any other); a library panel reference its place and the reference
+    (drawn as a placeholder); every other panel is drawn, on the grid."""
     if isinstance(panel, dict) and panel.get("type") == "row":
         if in_row:
             raise _Bad(f"{where}.type", "row", "a panel other than a row (a collapsed row holds panels, not rows)")
@@ -577,7 +583,7 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
     rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels + headers), default=1) + header
     fig = Figure(figsize=(22, max(4.0, rows * 0.45)))
     fig.suptitle(f"{dashboard.get('title')} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime(renderer.end))} UTC)",
-                 fontsize=14, y=1 - 0.5 / rows)
+                 fontsize=14, y=1 - 0.5 / rows, parse_math=False)
     annotations = []
     for i, ann in enumerate(a for a in dashboard.get("annotations", {}).get("list", []) if a.get("expr")):
         hits = renderer.run(dashboard, ann["expr"], variables)
@@ -612,7 +618,7 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
     `report`, or, for hardware this Prometheus has none of or a server-side expression whose input queries return
     samples, listed apart with its reason), as a panel without any query is."""
     variables, annotations = context
-    ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
+    ax.set_title(panel.get("title", ""), fontsize=9, loc="left", parse_math=False)
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
     answer = renderer.answer(panel, variables)
     data = answer.data
@@ -657,7 +663,7 @@ def _row_header(fig, row: dict, top: float, grid_row: float) -> None:
         spine.set_visible(False)
     ax.set_facecolor("#eef0f3")   # a band, as Grafana's row header (axis("off") would hide it)
     ax.text(0.005, 0.04, row.get("title", ""), ha="left", va="bottom", transform=ax.transAxes, fontsize=10,
-            fontweight="bold", clip_on=True)
+            fontweight="bold", clip_on=True, parse_math=False)
 
 
 def _library_placeholder(ax, panel: dict) -> str:
@@ -669,10 +675,12 @@ def _library_placeholder(ax, panel: dict) -> str:
 
 
 def _placeholder(ax, title: str, text: str) -> None:
-    """A panel's box with its title and, in grey, why nothing is drawn in it."""
-    ax.set_title(title, fontsize=9, loc="left")
+    """A panel's box with its title and, in grey, why nothing is drawn in it (the text names the panel's type or
+    library uid, the dashboard's words, so drawn as written, as the title)."""
+    ax.set_title(title, fontsize=9, loc="left", parse_math=False)
     ax.axis("off")
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey", clip_on=True)
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey", clip_on=True,
+            parse_math=False)
 
 
 def render(prometheus_url: str, out: Path, *, dashboards_dir: Path = DEFAULT_DASHBOARDS_DIR,
