@@ -5,9 +5,13 @@ leaseDurationSeconds, acquireTime, renewTime and leaseTransitions; a contender t
 observed (holder, renewTime, transitions and leaseDurationSeconds: an edit of the duration alone counts as a change)
 has not changed for a lease duration (measured on its own monotonic clock from when it saw the change, not
 from the holder's renewTime, so clock skew between replicas does not matter), and writes with the observed
-resourceVersion so that of two racing contenders only one wins. The loser's 409 is read again, as client-go's elector
-does: the holder record unchanged (the Lease's metadata alone edited), the takeover is written again, a few times at
-most (`_take`); changed, it stays a standby.
+resourceVersion so that of two racing contenders only one wins. After a 409 client-go's elector simply fails that try
+and tries again a retry period later, from a fresh read; ours reads the Lease again at once and, its holder record
+unchanged (the Lease's metadata alone edited: a label, an annotation), writes the takeover again within the same try, a
+few times at most (`_take`): a `--once` run's wait ends at its first failed try, so a 409 from such an edit left it a
+standby behind a crashed holder's Lease. The record changed, the loser stays a standby. Every write sends back the
+metadata it read (labels, annotations we do not own), as client-go's Update of the object it read does: a replace
+drops what it does not carry.
 
 A holder counts as the leader (`is_leader`) only until `renew_deadline_s` after its last successful write, a
 margin of lease duration - renew deadline before any contender may take over. Every such interval is measured on a
@@ -49,6 +53,9 @@ _WALL = time.time   # the real wall clock (as imported: a test that patches time
 # more takeover writes one try makes after a 409 that changed the Lease's metadata alone (`_take`), then a standby
 TAKEOVER_CONFLICT_RETRIES = 3
 
+
+def _never() -> bool:
+    return False
 
 
 def _record(spec: dict) -> tuple:
@@ -192,16 +199,15 @@ class LeaseLeaderElector:
         with self._lock:
             return self._try_acquire_or_renew()
 
-    def _try_acquire_or_renew(self) -> bool:
+    def _try_acquire_or_renew(self, stopping: Callable[[], bool] = _never) -> bool:
+        """One try; `stopping` (`await_lease`'s SIGTERM) ends a takeover's writes again after a 409 (`_take`)."""
         # `tick` (monotonic) before the calls: a write's success counts from before it was sent, never later
         now, tick, what = self.clock(), self._tick(), f"lease {self.namespace}/{self.name}"
         self.last_failure = None
         try:
             lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
         except NotFoundError:
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace, "annotations": self._annotations({})},
-                    "spec": self._spec(now, now, 0, self.identity, self.lease_duration_s)}
+            body = self._body({}, self._spec(now, now, 0, self.identity, self.lease_duration_s))
             created = self._write(what, tick, self.api.coordination.create_namespaced_lease, self.namespace, body)
             self.terms += created
             return created
@@ -227,42 +233,51 @@ class LeaseLeaderElector:
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
             self._state = None
         ours = self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)
-        won, lease = self._take(what, tick, lease, ours, TAKEOVER_CONFLICT_RETRIES if holder != self.identity else 0)
+        retries = TAKEOVER_CONFLICT_RETRIES if holder != self.identity else 0
+        won, lease = self._take(what, tick, lease, ours, retries, stopping)
         if won and taking_over:
             self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         return won
 
-    def _take(self, what: str, tick: float, lease: Json, ours: Json, retries: int) -> tuple[bool, Json]:
-        """Write `ours` over `lease` as read (its resourceVersion, its annotations); whether it was written, and the
-        Lease it was written over. A takeover (`retries` > 0) whose write gets a 409 reads the Lease again, as
-        client-go's elector does: if its holder record (`_holder_record`) is still the one judged (only metadata
-        changed: a label, an annotation, resourceVersion), the takeover is written again over what was read, at
-        most `retries` more times; changed (another contender took it, its holder renewed), unreadable or too busy,
-        the 409 stays why (`last_failure`): a standby, as every 409 on a takeover made it (a --once run's wait
-        ended so behind a crashed holder's Lease only relabelled). None after `release()` began (it waits for this
-        try: SIGTERM's budget to exit counts a renewal's read and write in flight, `LEASE_CALLS_TO_RELEASE`)."""
-        judged = _holder_record(lease.get("spec") or {})
-        while True:
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace,
-                                 "annotations": self._annotations(lease),
-                                 "resourceVersion": lease["metadata"]["resourceVersion"]}, "spec": ours}
-            fn = self.api.coordination.replace_namespaced_lease
-            if self._write(what, tick, fn, self.name, self.namespace, body):
-                return True, lease
-            if retries <= 0 or not isinstance(self.last_failure, ConflictError) or self._halt.is_set():
-                return False, lease   # released meanwhile (SIGTERM): the try ends, as a renewal's, within two calls
-            retries -= 1
-            try:
-                again = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
-            except ActuationError as err:   # deleted (404) or out of reach: the 409 stays why
-                log.info("%s: read again after a 409 on the takeover: %s", what, err)
+    def _take(self, what: str, tick: float, lease: Json, ours: Json, retries: int,
+              stopping: Callable[[], bool]) -> tuple[bool, Json]:
+        """Write `ours` over `lease` as read (`_body`: its resourceVersion, labels and annotations); whether it was
+        written, and the Lease it was written over. A takeover (`retries` > 0) whose write gets a 409 reads the Lease
+        again (`_read_again`) and, its holder record (`_holder_record`) still the one judged (only metadata changed:
+        a label, an annotation, resourceVersion), writes the takeover again over what was read, at most `retries`
+        more times; changed (another contender took it, its holder renewed), unreadable, too busy, or the try cut
+        short (`release()`, `stopping()`), the 409 stays why (`last_failure`): a standby. client-go's elector writes
+        no more in that try (it tries again, read afresh, a retry period later); ours does because a --once run's
+        wait (`await_lease`) ends at its first failed try: every 409 on a takeover left it a standby, behind a
+        crashed holder's Lease only relabelled. Each write again counts from when it is sent (`tick` anew): one
+        after slow calls, counted from the try's start, won the Lease already past our renew deadline, not leader,
+        so `release()` left it held. Cut short, no more calls: SIGTERM's budget to exit counts one read and one
+        write in flight (`LEASE_CALLS_TO_RELEASE`)."""
+        judged, fn = _holder_record(lease.get("spec") or {}), self.api.coordination.replace_namespaced_lease
+        while not self._write(what, tick, fn, self.name, self.namespace, self._body(lease, ours)):
+            again = self._read_again(what, judged, retries, stopping)
+            if again is None:
                 return False, lease
-            if _holder_record(again.get("spec") or {}) != judged:
-                return False, lease
-            log.info("%s: 409 on the takeover, its holder record unchanged (metadata alone): written again", what)
+            retries, tick = retries - 1, self._tick()   # this write's success counts from now, not the try's start
             lease, self.last_failure = again, None
+        return True, lease
+
+    def _read_again(self, what: str, judged: tuple, retries: int, stopping: Callable[[], bool]) -> Json | None:
+        """After a failed write of `_take`: the Lease read again, to be written over again, if the failure was a 409,
+        retries are left, its holder record is still `judged` and the try is not cut short (`_cut_short`, asked
+        again after the read: `release()` may begin while it is in flight); None otherwise."""
+        if retries <= 0 or not isinstance(self.last_failure, ConflictError) or self._cut_short(stopping):
+            return None
+        try:
+            again = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
+        except ActuationError as err:   # deleted (404) or out of reach: the 409 stays why
+            log.info("%s: read again after a 409 on the takeover: %s", what, err)
+            return None
+        if _holder_record(again.get("spec") or {}) != judged or self._cut_short(stopping):
+            return None
+        log.info("%s: 409 on the takeover, its holder record unchanged (metadata alone): written again", what)
+        return again
 
     def await_lease(self, stopping: Callable[[], bool] = lambda: False,
                     pause: Callable[[float], object] | None = None) -> bool:
@@ -313,7 +328,7 @@ class LeaseLeaderElector:
                 return self.is_leader
             with self._lock:
                 began = self._tick()
-                self._try_acquire_or_renew()
+                self._try_acquire_or_renew(stopping)
                 now_seen = self._observed or ()
                 if self.is_leader or self.last_failure is not None or now_seen[:3] != seen[:3]:
                     return self.is_leader   # taken, out of reach, renewed (or released, taken by another)
@@ -328,7 +343,8 @@ class LeaseLeaderElector:
         return self.is_leader
 
     def _cut_short(self, stopping: Callable[[], bool]) -> bool:
-        """Whether `await_lease`'s wait ends now, a standby's: SIGTERM (`stopping()`) or `release()`."""
+        """Whether `await_lease`'s wait (or a try's writes again after a 409, `_take`) ends now, a standby's: SIGTERM
+        (`stopping()`) or `release()`."""
         return stopping() or self._halt.is_set()
 
     def _watch(self, since: float, duration: int) -> tuple[float, int, float, int]:
@@ -376,6 +392,15 @@ class LeaseLeaderElector:
         it for its lease duration whoever wrote it, and a standby leaves within that of the holder's renewal; at
         most our retry period (a long Lease's renewal or release is seen as soon as our own renewer would see it)."""
         return min(self.retry_period_s, duration / 6)
+
+    def _body(self, lease: Json, spec: Json) -> Json:
+        """The Lease to write over `lease` as read ({}: none, a create): its metadata as read (resourceVersion,
+        labels, annotations we do not own, owner references), with our ledger (`_annotations`), and `spec`. A
+        replace drops what it does not carry: sent with our annotations alone, every renewal dropped the labels
+        someone set on the Lease (client-go's Update sends back the object it read)."""
+        metadata = {**(lease.get("metadata") or {}), "name": self.name, "namespace": self.namespace,
+                    "annotations": self._annotations(lease)}
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
 
     def _annotations(self, lease: Json) -> dict[str, str]:
         """The Lease's annotations, with our safety ledger when we have one (a replace must carry them all)."""
@@ -455,11 +480,7 @@ class LeaseLeaderElector:
             if spec.get("holderIdentity") != self.identity:
                 self._renewed_at = None
                 return False
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace,
-                                 "annotations": self._annotations(lease),
-                                 "resourceVersion": lease["metadata"]["resourceVersion"]},
-                    "spec": self._spec(now, now, int(spec.get("leaseTransitions") or 0), "", 1)}
+            body = self._body(lease, self._spec(now, now, int(spec.get("leaseTransitions") or 0), "", 1))
             self.api(what, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
         except ActuationError as err:
             log.warning("%s: release failed: %s", what, err)

@@ -9,6 +9,7 @@ test_k8s_once_lease_expired.py's (no real waiting); the edits are made just befo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -55,15 +56,24 @@ def once(command: str, kubeconfig: str) -> int:
     return schedule_once(kubeconfig) if command == "schedule" else run_once(kubeconfig)
 
 
-@pytest.mark.parametrize("command", ["schedule", "run"])
-def test_a_409_for_an_annotation_edited_alone_takes_the_lease_on_a_second_write(
-        kube, kubeconfig, waits, capsys, command):  # noqa: F811 (the fixture imported above)
+def once_behind_a_dead_holder(kube, kubeconfig: str, capsys, command: str,
+                              stage: Callable[[str], object]) -> tuple[str, int, str, str]:
+    """`command --once` behind a crashed holder's Lease, a pending pod to place, `stage(name of the Lease)` done
+    first: the Lease's name, the exit code, stdout and stderr."""
     name = NAMES[command]
     a_pending_pod(kube)
     kube.add(dead_holders_lease(name))
-    edits_before_takeover_writes(kube, name, annotated(1))
+    stage(name)
     code = once(command, kubeconfig)
     out, err = capsys.readouterr()
+    return name, code, out, err
+
+
+@pytest.mark.parametrize("command", ["schedule", "run"])
+def test_a_409_for_an_annotation_edited_alone_takes_the_lease_on_a_second_write(
+        kube, kubeconfig, waits, capsys, command):  # noqa: F811 (the fixture imported above)
+    name, code, out, err = once_behind_a_dead_holder(
+        kube, kubeconfig, capsys, command, lambda name: edits_before_takeover_writes(kube, name, annotated(1)))
     assert code == (0 if command == "schedule" else 3), out + err   # run's cycle holds still (no Prometheus)
     assert "ml/p -> n1" in out if command == "schedule" else out.startswith("cycle: fail_static"), out + err
     # written again after the 409 (was: a standby, exit 0, nothing done); run's cycle then renews it as it goes
@@ -84,12 +94,8 @@ STAMP = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 @pytest.mark.parametrize("command", ["schedule", "run"])
 def test_a_holder_record_changed_by_the_second_write_leaves_a_standby(kube, kubeconfig, waits, capsys,  # noqa: F811
                                                                       command, change):
-    name = NAMES[command]
-    a_pending_pod(kube)
-    kube.add(dead_holders_lease(name))
-    edits_before_takeover_writes(kube, name, annotated(1), change)
-    code = once(command, kubeconfig)
-    out, err = capsys.readouterr()
+    name, code, out, err = once_behind_a_dead_holder(
+        kube, kubeconfig, capsys, command, lambda name: edits_before_takeover_writes(kube, name, annotated(1), change))
     standby(command, code, out, err)
     assert writes(kube, name) == [ME, ME], "one write again after the annotation's 409, none after the change's"
     spec = kube.get("leases", name, "gputide")["spec"]
@@ -100,12 +106,8 @@ def test_a_holder_record_changed_by_the_second_write_leaves_a_standby(kube, kube
 @pytest.mark.parametrize("command", ["schedule", "run"])
 def test_metadata_edited_before_every_write_leaves_a_standby_after_a_few(kube, kubeconfig, waits, capsys,  # noqa: F811
                                                                          command):
-    name = NAMES[command]
-    a_pending_pod(kube)
-    kube.add(dead_holders_lease(name))
-    edits_before_takeover_writes(kube, name, *(annotated(n) for n in range(TAKEOVER_CONFLICT_RETRIES + 1)))
-    code = once(command, kubeconfig)
-    out, err = capsys.readouterr()
+    name, code, out, err = once_behind_a_dead_holder(kube, kubeconfig, capsys, command, lambda name: (
+        edits_before_takeover_writes(kube, name, *(annotated(n) for n in range(TAKEOVER_CONFLICT_RETRIES + 1)))))
     standby(command, code, out, err)
     assert writes(kube, name) == [ME] * (TAKEOVER_CONFLICT_RETRIES + 1), "bounded: a standby after those"
     assert kube.get("leases", name, "gputide")["spec"]["holderIdentity"] == "crashed-replica"
