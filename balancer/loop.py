@@ -30,12 +30,13 @@ lost action or a duplicate cycle converges to the same place. Before acting, acc
 against a fresh snapshot (drop any whose source moved or whose target no longer fits, or that an emergency stop the
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
-goes from leader to leader (`balancer.ledger_handover`); a move the hand-over held back, that ledger unsaved, is kept
-off only until it is saved (`planner.hold_back`), not refused (`_Asked`). A capacity scale up that did not go out, or
-a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never proposed where its cause passes
-(`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal of the guard is waited out as if
-made, and refused too, `planner.refuse`). What its actions leave on the fleet the actuator keeps up or releases
-(hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is `balancer.loop_upkeep`.
+goes from leader to leader (`balancer.ledger_handover`); a move or a capacity scale the hand-over held back, that
+ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not refused (`_Asked`). A capacity scale
+up that did not go out, or a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never
+proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal
+of the guard is waited out as if made, and refused too, `planner.refuse`). What its actions leave on the fleet the
+actuator keeps up or releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is
+`balancer.loop_upkeep`.
 
 An inference service whose demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod) is no hold of
 the loop's: the capacity planner holds (`gputide_capacity_holding{reason="inference_demand_unknown"}`), thermal relief
@@ -147,7 +148,8 @@ class _Asked:
     """`guard` as the hand-over's review asks it (`LedgerHandover.review`), with the guard's own answer kept (`own`):
     what the review rejects that the guard accepted, the hand-over held back, the ledger with its evictions unsaved
     (`held_back`). Such a move is no refusal of the guard's (its budget passed): kept off only until the ledger is
-    saved (`planner.hold_back`), not `refusedRetryS` (`planner.refuse`)."""
+    saved (`planner.hold_back`), not `refusedRetryS` (`planner.refuse`); such a scale (a loan that stops placed
+    replicas) waits as made only until then too, not the service's hold (`_unsent`)."""
 
     def __init__(self, guard: SafetyGuard | _WhatIf) -> None:
         self.guard, self.own = guard, Review((), ())
@@ -316,7 +318,7 @@ class Reconciler:
         self._cycle_office = self._offices
         if self.handover.unsaved:   # a hand-over that failed: tried again every cycle, not only after an action
             self.handover.hand_on(self.ledger)
-        if not self.handover.unsaved:   # the moves held back for it go this cycle (`planner.ledger_saved`)
+        if not self.handover.unsaved:   # the moves and scales held back for it go this cycle (`planner.ledger_saved`)
             self.state = planner_mod.ledger_saved(self.state)
         snap = self._observe(now, "")
         if isinstance(snap, CycleReport):   # fail-static: the power caps' expiry renewed, nothing else
@@ -352,8 +354,9 @@ class Reconciler:
             held = asked.held_back(review)
             whole, kept_off = _guard_refusals([(a, exc) for a, exc in review.rejected if all(a is not h for h in held)])
             self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, guard=True)
-            self.state = planner_mod.hold_back(self.state, held, now)
-            refused = [a for a, exc in review.rejected if not isinstance(exc, EmergencyStop)]
+            self.state = planner_mod.hold_back(self.state, held, now, before)   # a scale held back too (`_unsent`)
+            refused = [a for a, exc in review.rejected
+                       if not isinstance(exc, EmergencyStop) and all(a is not h for h in held)]
             if accepted := list(review.accepted):
                 fresh = self._observe(now, "fresh snapshot before acting: ")
                 if isinstance(fresh, CycleReport):
@@ -437,7 +440,9 @@ class Reconciler:
         shrinks did). Not those the guard `refused` for a lasting cause (its minimum gain, a protected workload, a
         budget): forgotten, such a step was asked, refused, logged and audited every cycle; waited out as if made, a
         latency-net step is asked again once not honoured for `emergency_retry_s` (`CapacityState.emergency`), any
-        other scale after the service's hold. Not after the cycle lost the lead: the state is the next term's then."""
+        other scale after the service's hold. One the hand-over held back, the ledger unsaved, is no refusal (`_Asked`):
+        `unsent` as any, it waits as made only until the ledger is saved (`planner.hold_back`). Not after the cycle lost
+        the lead: the state is the next term's then."""
         if self._offices != self._cycle_office:
             return
         scales = [a for a in planned if capacity_loop.remembered(a)]   # all `unsent` reads: the compares stay few

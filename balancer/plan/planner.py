@@ -63,6 +63,13 @@ instead, only while the ledger stays unsaved (`hold_back`, `held_moves`), and pr
 whose start saved it (`ledger_saved`), `refusedRetryS` at most. Refused, it waited `refusedRetryS` (minutes) though
 the ledger was saved a cycle later; forgotten, it was proposed and held back every cycle while the save kept failing
 (a Lease the RBAC does not let it write), its hot GPU never throttled.
+A capacity scale held back so (an inference scale-down that stops placed replicas, a loan) is no refusal either: the
+capacity planner counts it made when it plans it, and it waits as made (not asked again each cycle) only while the
+ledger stays unsaved (`held_scales`); the first cycle whose start saved it puts the service's last change and first
+sighting back as before the plan that proposed it, so that cycle plans it again. Counted made for good, as the guard's
+refusals are (`loop.Reconciler._unsent`), it waited out the service's hold (`CapacityPolicy.min_hold_s`, 30 minutes)
+though the ledger was saved a cycle later. A service changed since (its last change not the one the held scale set)
+is left as it is.
 
 Refused scales. A service's scaling the actuator failed for good (FAILED: a Deployment another controller keeps, an
 HPA KEDA generates, RBAC; `refuse(..., scales=...)`) is remembered for `safety.cooldownS` (`refused_scales`): the
@@ -102,6 +109,7 @@ from balancer.model import (
     TaintNode,
 )
 from balancer.plan import colocation, consolidation, hotspots
+from balancer.plan.capacity import CapacityState
 from balancer.plan.simulate import Projection, hot_tainted, simulate_plan
 
 _EMPTY: Mapping = MappingProxyType({})
@@ -202,6 +210,10 @@ class PlannerState:
     # those of `refused_moves` the hand-over held back, the ledger unsaved ("Held-back moves"): kept off only until it
     # is saved (`ledger_saved`); a workload not among them was refused, kept off for the whole `refusedRetryS`
     held_moves: frozenset[str] = frozenset()
+    # service -> (the last change the capacity plan counted for its scale the hand-over held back, its last change and
+    # first sighting before that plan; None: none known), the ledger unsaved ("Held-back moves"): put back as before
+    # once it is saved (`ledger_saved`), so the scale is planned again then, not after the service's hold
+    held_scales: Mapping[str, tuple[float, float | None, float | None]] = field(default_factory=lambda: _EMPTY)
     # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
     refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     # service -> what the actuator's caps of its scale say (`CapBelief`, "Capped scales"): no more asked for a while
@@ -309,25 +321,59 @@ def refuse(state: PlannerState, actions: Iterable[Action], now: float, targets: 
                    refused_scales=MappingProxyType({**state.refused_scales, **services}))
 
 
-def hold_back(state: PlannerState, actions: Iterable[Action], now: float) -> PlannerState:
+def hold_back(state: PlannerState, actions: Iterable[Action], now: float, before: object = None) -> PlannerState:
     """Fold migrations the hand-over held back into the state ("Held-back moves"): their workloads are not proposed
     moving again while the safety ledger stays unsaved (`held_moves`, until `ledger_saved`; `refusedRetryS` at most),
-    so their hot GPUs are throttled meanwhile, as after a refusal. Not `refuse`: the guard accepted them."""
+    so their hot GPUs are throttled meanwhile, as after a refusal. Not `refuse`: the guard accepted them. Its
+    `ScaleInference`s, planned on `before` (the state the plan that proposed them started from), wait as made only
+    until then too (`held_scales`)."""
+    actions = list(actions)
     held = {a.workload: now for a in actions if isinstance(a, Migrate)}
-    if not held:
+    scales = _held_scales(state, before, actions)
+    if not held and not scales:
         return state
     return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **held}),
-                   held_moves=state.held_moves | held.keys())
+                   held_moves=state.held_moves | held.keys(),
+                   held_scales=MappingProxyType({**state.held_scales, **scales}))
+
+
+def _held_scales(state: PlannerState, before: object, actions: list[Action]
+                 ) -> dict[str, tuple[float, float | None, float | None]]:
+    """`held_scales` for the `ScaleInference`s among `actions` whose change the capacity plan in `state` counted: the
+    change it counted, and the service's last change and first sighting in `before` (a wrapping planner's own state,
+    or none: none known)."""
+    cap = getattr(state, "capacity", None)
+    if not isinstance(cap, CapacityState):
+        return {}
+    was = getattr(before, "capacity", None)
+    was = was if isinstance(was, CapacityState) else CapacityState()
+    return {a.service: (cap.last_change[a.service], was.last_change.get(a.service), was.first_seen.get(a.service))
+            for a in actions if isinstance(a, ScaleInference) and a.service in cap.last_change}
 
 
 def ledger_saved(state: object) -> object:
-    """`state` with the moves held back for an unsaved safety ledger (`held_moves`) let go: the loop calls it at the
-    start of every cycle that finds the ledger saved, so they are proposed again that cycle. `state` as it is when it
-    is no `PlannerState` (a wrapping planner's own)."""
-    if not isinstance(state, PlannerState) or not state.held_moves:
+    """`state` with the moves and scales held back for an unsaved safety ledger (`held_moves`, `held_scales`) let go:
+    the loop calls it at the start of every cycle that finds the ledger saved, so they are proposed again that cycle.
+    `state` as it is when it is no `PlannerState` (a wrapping planner's own)."""
+    if not isinstance(state, PlannerState) or not (state.held_moves or state.held_scales):
         return state
-    return replace(state, held_moves=frozenset(), refused_moves=MappingProxyType(
-        {w: t for w, t in state.refused_moves.items() if w not in state.held_moves}))
+    return replace(state, held_moves=frozenset(), held_scales=_EMPTY, capacity=_unheld(state), refused_moves=(
+        MappingProxyType({w: t for w, t in state.refused_moves.items() if w not in state.held_moves})))
+
+
+def _unheld(state: PlannerState) -> object:
+    """`state.capacity` with each service of `held_scales` whose last change is still the held scale's as before the
+    plan that proposed it (its first sighting, if no change was known then, as `capacity_loop.unsent` keeps it)."""
+    cap = state.capacity
+    back = {s: held for s, held in state.held_scales.items()
+            if isinstance(cap, CapacityState) and cap.last_change.get(s) == held[0]}
+    if not back:
+        return cap
+    last = {s: t for s, t in cap.last_change.items() if s not in back}
+    last.update({s: was for s, (_, was, _) in back.items() if was is not None})
+    first = {**cap.first_seen, **{s: seen if seen is not None else t
+                                  for s, (t, was, seen) in back.items() if was is None}}
+    return replace(cap, last_change=MappingProxyType(last), first_seen=MappingProxyType(first))
 
 
 def still_full(state: object, full: Callable[[], Collection[str]]) -> object:
