@@ -1,7 +1,9 @@
 """Drawing for the PNG previews of `balancer.dashboards_render`: each panel type on a matplotlib axes, the query's
 results put on its steps so that a step without a sample is a gap, as Grafana shows it.
 
-Pure functions of the query results: no Prometheus, no files.
+Pure functions of the query results: no Prometheus, no files. Their texts (legends, units, label values) are drawn
+under the caller's rcParams: `dashboards_render.render_dashboard` turns mathtext off, so a `$` pair in them is drawn
+as written, not parsed.
 """
 
 from __future__ import annotations

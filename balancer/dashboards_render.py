@@ -37,10 +37,14 @@ first label value; `$__rate_interval` is max(4 x scrape interval, step + scrape 
 cannot be reached raises `TelemetryUnavailable`; a panel without data is drawn with "No data" and counted in
 the returned `RenderReport`, so a test or CI job can insist on data.
 
-The dashboard's words (its title, its rows' and panels' titles, a placeholder's type or uid) are drawn as written,
-`$` and all (`parse_math=False`): matplotlib reads the text between two `$` as mathtext, and `Rate over
-$__rate_interval on $node` failed the render, `GPU $gpu on $node` lost its `$` to italics. Their template variables
-are not replaced by the values, as Grafana shows them: the values resolved here are PromQL regexes, not those.
+Every text of a PNG is drawn as written, `$` and all: each dashboard's figure is made, drawn and saved with
+matplotlib's `text.parse_math` off (`render_dashboard`), as the dashboard's words (its title, rows' and panels'
+titles, legendFormat, annotation names, units' `suffix:`, a heatmap's axisLabel, value mappings' text) and the label
+values in legends, tables and tick labels are Grafana's text, never mathtext. With it on, matplotlib read the text
+between two `$` as mathtext: `Rate over $__rate_interval on $node` failed the render with a ValueError, `GPU $gpu on
+$node` lost its `$` to italics. The setting is the rc_context's only: the caller's rcParams are left as they were.
+Titles' template variables are not replaced by the values, as Grafana shows them: the values resolved here are
+PromQL regexes, not those.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -575,6 +580,9 @@ def other_source(target: dict, panel_source: object = None) -> bool:
 
 HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile:info)"
 
+# Every text made while the figure is built and saved (tick labels too, made as it is drawn in savefig) is drawn as
+# written: mathtext off for this call only, the caller's rcParams restored after it (module docstring).
+@matplotlib.rc_context({"text.parse_math": False})
 def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: RenderReport, name: str) -> Path:
     variables = resolve_variables(dashboard, renderer.client)
     panels = [p for _, p in laid_out(dashboard["panels"])]
@@ -583,7 +591,7 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
     rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels + headers), default=1) + header
     fig = Figure(figsize=(22, max(4.0, rows * 0.45)))
     fig.suptitle(f"{dashboard.get('title')} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime(renderer.end))} UTC)",
-                 fontsize=14, y=1 - 0.5 / rows, parse_math=False)
+                 fontsize=14, y=1 - 0.5 / rows)
     annotations = []
     for i, ann in enumerate(a for a in dashboard.get("annotations", {}).get("list", []) if a.get("expr")):
         hits = renderer.run(dashboard, ann["expr"], variables)
@@ -618,7 +626,7 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
     `report`, or, for hardware this Prometheus has none of or a server-side expression whose input queries return
     samples, listed apart with its reason), as a panel without any query is."""
     variables, annotations = context
-    ax.set_title(panel.get("title", ""), fontsize=9, loc="left", parse_math=False)
+    ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
     answer = renderer.answer(panel, variables)
     data = answer.data
@@ -663,7 +671,7 @@ def _row_header(fig, row: dict, top: float, grid_row: float) -> None:
         spine.set_visible(False)
     ax.set_facecolor("#eef0f3")   # a band, as Grafana's row header (axis("off") would hide it)
     ax.text(0.005, 0.04, row.get("title", ""), ha="left", va="bottom", transform=ax.transAxes, fontsize=10,
-            fontweight="bold", clip_on=True, parse_math=False)
+            fontweight="bold", clip_on=True)
 
 
 def _library_placeholder(ax, panel: dict) -> str:
@@ -676,11 +684,10 @@ def _library_placeholder(ax, panel: dict) -> str:
 
 def _placeholder(ax, title: str, text: str) -> None:
     """A panel's box with its title and, in grey, why nothing is drawn in it (the text names the panel's type or
-    library uid, the dashboard's words, so drawn as written, as the title)."""
-    ax.set_title(title, fontsize=9, loc="left", parse_math=False)
+    library uid, the dashboard's words, drawn as written, as every text: `render_dashboard`)."""
+    ax.set_title(title, fontsize=9, loc="left")
     ax.axis("off")
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey", clip_on=True,
-            parse_math=False)
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey", clip_on=True)
 
 
 def render(prometheus_url: str, out: Path, *, dashboards_dir: Path = DEFAULT_DASHBOARDS_DIR,
