@@ -96,7 +96,8 @@ hysteresis' last change, the latency net's step); the loop tells it which did no
 nothing; not the guard's lasting refusals), and the memory of those that scaled up is put back as before the plan,
 and of those whose latency-net step only reclaim shrinks that did not go out served (such a shrink names the steps
 it frees GPUs for where no idle GPU served them; a step that partly went out is kept); a scale down waits its hold as
-if made.
+if made, save one the hand-over held back (the ledger unsaved): `planner.ledger_saved` puts its memory back as before
+the plan once a cycle's start saves the ledger, and it is planned again then.
 """
 
 from __future__ import annotations
@@ -454,7 +455,8 @@ def unsent(state: planner_mod.PlannerState, before: planner_mod.PlannerState,
     counts a scale as made when it proposes it: kept, a latency-net step that never went out was 'not honoured' and not
     repeated while the service held the same replicas (an emergency stop set mid-cycle and lifted: the service stayed
     under pressure for good, no GPU freed for it), and a reclaim waited a warm-up after a change that never happened. A
-    scale down (a loan, a give-back) that did not go out still waits its hold: asked again each cycle, one a guard
+    scale down (a loan, a give-back) that did not go out still waits its hold (one the hand-over held back only until
+    the ledger is saved: `planner.ledger_saved`): asked again each cycle, one a guard
     refuses for a while (an owner's cooldown) was refused, logged and audited every cycle, and waiting to lend never
     leaves a service short."""
     cap = state.capacity
