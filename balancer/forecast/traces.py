@@ -169,8 +169,14 @@ _COMMA_FRACTION = re.compile(r"(?<=\d:\d\d:\d\d),(?=\d)")
 
 
 def _iso(value: object) -> object:
+    """A cell as pandas' ISO-8601 parse is given it (RFC 3339's and logging's forms written as ISO-8601's). A blank
+    cell (only whitespace) is None, an empty cell (NaT), as `_only_numbers` takes it: parsed as text, it was a bad
+    time, named before the cell that was one (`1704067200, ' ', abc` blamed row 3, not `abc` on row 4), and refused
+    without the '(a time on every row)' an empty cell is refused with (audit a6)."""
     if not isinstance(value, str):
         return value
+    if _blank(value):
+        return None
     return _COMMA_FRACTION.sub(".", _LOWER_T.sub("T", _ZONE_WORD.sub("Z", value), count=1), count=1)
 
 
@@ -264,19 +270,20 @@ def _bad_time(raw: pd.Series, numeric: pd.Series) -> tuple[int, str]:
     bad = np.flatnonzero(_not_times(raw, is_number))
     if bad.size:
         return int(bad[0]), ISO_OR_EPOCH
-    times = raw.notna().to_numpy() & ~is_number   # ISO-8601 cells, an empty one aside
+    times = raw.notna().to_numpy() & ~is_number & ~raw.map(_blank).to_numpy(bool)   # ISO-8601 cells, not empty
     minority = times if times.sum() < is_number.sum() else is_number
     return int(np.flatnonzero(minority)[0]), f"{ISO_OR_EPOCH}, one of them in the whole column"
 
 
 def _not_times(raw: pd.Series, is_number: np.ndarray) -> np.ndarray:
     """Which cells are text that is neither a number nor an ISO-8601 time, the column parsed at once: cell by cell, a
-    200,000-row ISO-8601 column with one epoch number on row 2 took 13 s to be refused. An empty cell is not the one
-    that failed (it reads as NaT), and no other cell is left to blame: `to_utc` refused True/False cells before, and
-    a column `read_rows` typed at once holds text, numbers and empty cells only. Coerced, pandas answers a text that
-    is no time with NaT, never an error: no cell is parsed one by one."""
+    200,000-row ISO-8601 column with one epoch number on row 2 took 13 s to be refused. An empty cell, or a blank
+    one (only whitespace, which `_iso` reads as empty), is not the one that failed (it reads as NaT), and no other
+    cell is left to blame: `to_utc` refused True/False cells before, and a column `read_rows` typed at once holds
+    text, numbers and empty cells only. Coerced, pandas answers a text that is no time with NaT, never an error: no
+    cell is parsed one by one."""
     cells = raw.to_numpy(object)
-    texts = np.fromiter((isinstance(v, str) for v in cells), bool, len(cells)) & ~is_number
+    texts = np.fromiter((isinstance(v, str) and not _blank(v) for v in cells), bool, len(cells)) & ~is_number
     out = np.zeros(len(cells), bool)
     if texts.any():
         parsed = pd.to_datetime(pd.Series(cells[texts]).map(_iso), errors="coerce", utc=True, format="ISO8601")
