@@ -7,9 +7,10 @@ has not changed for a lease duration (measured on its own monotonic clock from w
 from the holder's renewTime, so clock skew between replicas does not matter), and writes with the observed
 resourceVersion so that of two racing contenders only one wins. After a 409 client-go's elector simply fails that try
 and tries again a retry period later, from a fresh read; ours reads the Lease again at once and, its holder record
-unchanged (the Lease's metadata alone edited: a label, an annotation), writes the takeover again within the same try, a
-few times at most (`_take`): a `--once` run's wait ends at its first failed try, so a 409 from such an edit left it a
-standby behind a crashed holder's Lease. The record changed, the loser stays a standby. Every write sends back the
+unchanged (the Lease's metadata alone edited: a label, an annotation), writes again within the same try, a few times
+at most (`_take`): a `--once` run's wait ends at its first failed try, so a 409 from such an edit left it a standby
+behind a crashed holder's Lease, and a holder's renewal so answered ended its lead at once, the next renewal a new
+term (the loop took office again). The record changed, the loser stays a standby. Every write sends back the
 metadata it read (labels, annotations we do not own), as client-go's Update of the object it read does: a replace
 drops what it does not carry.
 
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 LEDGER_ANNOTATION = "gputide.io/safety-ledger"  # the holder's SafetyLedger (JSON), inherited by the next holder
 MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on all annotations of an object
 _WALL = time.time   # the real wall clock (as imported: a test that patches time.time later changes nothing here)
-# more takeover writes one try makes after a 409 that changed the Lease's metadata alone (`_take`), then a standby
+# more writes (a takeover's or a renewal's) one try makes after a 409 that changed the Lease's metadata alone (`_take`)
 TAKEOVER_CONFLICT_RETRIES = 3
 
 
@@ -68,7 +69,7 @@ def _record(spec: dict) -> tuple:
 
 def _holder_record(spec: dict) -> tuple:
     """A Lease's whole holder record, `_record`'s with acquireTime (client-go's LeaderElectionRecord): what a 409 on
-    a takeover write must have left as we judged it for the takeover to be tried again (`_take`)."""
+    a takeover's or a renewal's write must have left as we judged it for the write to be tried again (`_take`)."""
     return _record(spec) + (spec.get("acquireTime"),)
 
 
@@ -200,7 +201,7 @@ class LeaseLeaderElector:
             return self._try_acquire_or_renew()
 
     def _try_acquire_or_renew(self, stopping: Callable[[], bool] = _never) -> bool:
-        """One try; `stopping` (`await_lease`'s SIGTERM) ends a takeover's writes again after a 409 (`_take`)."""
+        """One try; `stopping` (`await_lease`'s SIGTERM) ends its writes again after a 409 (`_take`)."""
         # `tick` (monotonic) before the calls: a write's success counts from before it was sent, never later
         now, tick, what = self.clock(), self._tick(), f"lease {self.namespace}/{self.name}"
         self.last_failure = None
@@ -233,31 +234,38 @@ class LeaseLeaderElector:
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
             self._state = None
         ours = self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)
-        retries = TAKEOVER_CONFLICT_RETRIES if holder != self.identity else 0
-        won, lease = self._take(what, tick, lease, ours, retries, stopping)
+        won, lease = self._take(what, tick, lease, ours, stopping)
         if won and taking_over:
             self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         return won
 
-    def _take(self, what: str, tick: float, lease: Json, ours: Json, retries: int,
+    def _take(self, what: str, tick: float, lease: Json, ours: Json,
               stopping: Callable[[], bool]) -> tuple[bool, Json]:
         """Write `ours` over `lease` as read (`_body`: its resourceVersion, labels and annotations); whether it was
-        written, and the Lease it was written over. A takeover (`retries` > 0) whose write gets a 409 reads the Lease
+        written, and the Lease it was written over. A write (a takeover or a renewal) that gets a 409 reads the Lease
         again (`_read_again`) and, its holder record (`_holder_record`) still the one judged (only metadata changed:
-        a label, an annotation, resourceVersion), writes the takeover again over what was read, at most `retries`
-        more times; changed (another contender took it, its holder renewed), unreadable, too busy, or the try cut
-        short (`release()`, `stopping()`), the 409 stays why (`last_failure`): a standby. client-go's elector writes
-        no more in that try (it tries again, read afresh, a retry period later); ours does because a --once run's
-        wait (`await_lease`) ends at its first failed try: every 409 on a takeover left it a standby, behind a
-        crashed holder's Lease only relabelled. Each write again counts from when it is sent (`tick` anew): one
+        a label, an annotation, resourceVersion), writes again over what was read, at most `TAKEOVER_CONFLICT_RETRIES`
+        more times; changed (another contender took it, its holder renewed, ours edited), unreadable, too busy, or
+        the try cut short (`release()`, `stopping()`), the 409 stays why (`last_failure`): not ours until a write
+        says so, `_renewed_at` dropped only then (the loop, asking `is_leader` while the renewer reads again, must
+        not see a lead lost and retaken). client-go's elector writes no more in that try (it tries again, read
+        afresh, a retry period later); ours does because a --once run's wait (`await_lease`) ends at its first
+        failed try: every 409 on a takeover left it a standby, behind a crashed holder's Lease only relabelled; and
+        a renewal so answered ended the lead at once, the next renewal counting a new term (`terms`: the loop took
+        office again, its planner state afresh). Each write again counts from when it is sent (`tick` anew): one
         after slow calls, counted from the try's start, won the Lease already past our renew deadline, not leader,
         so `release()` left it held. Cut short, no more calls: SIGTERM's budget to exit counts one read and one
-        write in flight (`LEASE_CALLS_TO_RELEASE`)."""
+        write in flight (`LEASE_CALLS_TO_RELEASE`). A write again keeps the annotations read again but puts our
+        ledger over an edit of it (`_annotations`), as our next renewal would: the holder's ledger is what it spent,
+        what a successor must inherit."""
         judged, fn = _holder_record(lease.get("spec") or {}), self.api.coordination.replace_namespaced_lease
-        while not self._write(what, tick, fn, self.name, self.namespace, self._body(lease, ours)):
+        retries = TAKEOVER_CONFLICT_RETRIES
+        while not self._write(what, tick, fn, self.name, self.namespace, self._body(lease, ours), keep=True):
             again = self._read_again(what, judged, retries, stopping)
             if again is None:
+                if isinstance(self.last_failure, ConflictError):   # the Lease changed since we read it
+                    self._renewed_at = None
                 return False, lease
             retries, tick = retries - 1, self._tick()   # this write's success counts from now, not the try's start
             lease, self.last_failure = again, None
@@ -272,11 +280,11 @@ class LeaseLeaderElector:
         try:
             again = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
         except ActuationError as err:   # deleted (404) or out of reach: the 409 stays why
-            log.info("%s: read again after a 409 on the takeover: %s", what, err)
+            log.info("%s: read again after a 409 on our write: %s", what, err)
             return None
         if _holder_record(again.get("spec") or {}) != judged or self._cut_short(stopping):
             return None
-        log.info("%s: 409 on the takeover, its holder record unchanged (metadata alone): written again", what)
+        log.info("%s: 409 on our write, its holder record unchanged (metadata alone): written again", what)
         return again
 
     def await_lease(self, stopping: Callable[[], bool] = lambda: False,
@@ -446,15 +454,18 @@ class LeaseLeaderElector:
         the flag it keeps (no I/O: the loop asks before every action); without one, acquire or renew now."""
         return self.is_leader if self._background else self.try_acquire_or_renew()
 
-    def _write(self, what: str, tick: float, fn: Callable[..., Any], *args: Any) -> bool:
-        """`tick`: the monotonic clock when this try began (what the renew deadline and lease duration count from)."""
+    def _write(self, what: str, tick: float, fn: Callable[..., Any], *args: Any, keep: bool = False) -> bool:
+        """`tick`: the monotonic clock before this write was sent (its try's start, or `_take`'s write again): what the
+        renew deadline and lease duration count from. A 409 ends our lead at once unless `keep` (`_take`: it reads
+        the Lease again first)."""
         try:
             written = self.api(what, fn, *args)
         except ActuationError as err:   # 409: another contender wrote first; others: try again next cycle
             log.info("%s: %s is not leader: %s", what, self.identity, err)
             self.last_failure = err
             if isinstance(err, ConflictError):   # the Lease changed since we read it: not ours until a renewal says so
-                self._renewed_at = None
+                if not keep:
+                    self._renewed_at = None
                 return False
             return self.is_leader
         spec = written.get("spec") or {}

@@ -15,7 +15,12 @@ from fakeapi import FakeKube
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
-from balancer.actuate.k8s_leader import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, LeaseLeaderElector
+from balancer.actuate.k8s_leader import (
+    LEDGER_ANNOTATION,
+    MAX_LEDGER_BYTES,
+    TAKEOVER_CONFLICT_RETRIES,
+    LeaseLeaderElector,
+)
 from balancer.actuate.leader import LedgerNotSaved
 from balancer.ledger_fit import fit
 from balancer.ledger_handover import LedgerHandover
@@ -69,7 +74,7 @@ def test_a_conflict_is_not_counted_saved_and_the_ledger_goes_once_the_lease_is_o
     a = elector(api, clock, "replica-a")
     assert a.try_acquire_or_renew()
     a.save_state(SafetyLedger(evictions=(T0,)).to_json())
-    kube.inject("PUT", LEASE_PUT, 409)
+    kube.inject("PUT", LEASE_PUT, 409, count=1 + TAKEOVER_CONFLICT_RETRIES)   # its writes again after each too
     with pytest.raises(LedgerNotSaved) as raised:
         a.save_state(SafetyLedger(evictions=(T0, T0 + 1)).to_json())
     assert raised.value.reason == "conflict" and not a.is_leader

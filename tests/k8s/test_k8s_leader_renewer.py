@@ -45,8 +45,8 @@ def test_a_lease_written_by_someone_else_since_it_was_read_is_not_ours_until_a_r
                                                                                               clock) -> None:
     a = elector(api, clock, "replica-a")
     a.try_acquire_or_renew()
-    kube.before("PUT", r"/leases/gputide-controller$", lambda: kube.mutate(
-        "leases", "gputide-controller", "gputide", {"metadata": {"annotations": {"someone": "else"}}}))
+    kube.before("PUT", r"/leases/gputide-controller$", lambda: kube.mutate(   # its holder record: renewTime
+        "leases", "gputide-controller", "gputide", {"spec": {"renewTime": "2020-01-01T00:00:00.000000Z"}}))
     assert a.try_acquire_or_renew() is False and a.is_leader is False   # 409: it stops acting at once
     assert a.try_acquire_or_renew() is True and a.is_leader is True     # read again: still its own
 
