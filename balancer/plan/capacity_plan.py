@@ -64,7 +64,10 @@ moves the rest of the GPUs to elastic training:
   service's last change; scale-ups are never delayed (the SLO comes first). Oscillating demand therefore holds
   the replicas its peaks need instead of flapping. The memory is the leader's process's own: after a restart or a
   change of leader a service's last change is unknown, so it counts as changed when the new state first sees it
-  (no loan before the hold has passed from then), and demand is calm only once two readings give a slope.
+  (no loan before the hold has passed from then), and demand is calm only once two readings give a slope. A loan the
+  hand-over held back (the safety ledger unsaved: `planner.hold_back`) is such a sighting too, its last change left
+  as before: no loan until the ledger is saved, while the latency net steps as if it was never planned (it was never
+  sent; counted as the last change, it blocked the step for a warm-up).
 * **Cheapest preemption.** GPUs a scale-up needs come first from idle GPUs of the service's allowed models,
   then from elastic training ranked by preemption cost: lowest priority first, then least work lost since the
   last checkpoint (a resize restarts the job from its checkpoint), then a job resized in place before one that
@@ -412,8 +415,10 @@ def plan_capacity(
     forecasts, notes = readable_forecasts(forecasts, view)
     last = dict(state.last_change)
     seen = dict(state.last_demand)
-    # a service whose last change is unknown (a new process, a new term as leader) is held from its first sighting
-    first = {n: t for n, t in state.first_seen.items() if n not in last}
+    # a service whose last change is unknown (a new process, a new term as leader) is held from its first sighting, and
+    # one with a first sighting later than its last change from that too: a loan the hand-over held back, never sent
+    # (`planner.hold_back`), which the latency net does not wait for (`settled` reads the last change alone)
+    first = {n: t for n, t in state.first_seen.items() if n not in last or t > last[n]}
     hours = policy.loan_horizon_s / 3600.0
     periods = checkpoint_periods(view, state.checkpoints)
     for s in view.services:
@@ -490,7 +495,7 @@ def plan_capacity(
             # above `replicas`) hold none, so they count neither towards the dead band nor in the GPU-hours it gives,
             # and are never dropped alone (the module docstring: they may be an HPA's ask, which stays)
             band = max(policy.dead_band_replicas, math.ceil(policy.dead_band_frac * s.replicas), 1)
-            held = view.time - last.get(p.name, first.get(p.name, -math.inf))
+            held = view.time - max(last.get(p.name, -math.inf), first.get(p.name, -math.inf))
             calm = known and slope <= 0 and s.latency_pressure < policy.emergency_pressure  # never shed under pressure
             # under an HPA the loan only lowers its minReplicas to `down_need`: the HPA keeps what its own metrics ask
             # for, so the loan frees (and its band and gain count) only the replicas above both (`apply_targets` too)

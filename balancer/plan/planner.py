@@ -65,11 +65,15 @@ the ledger was saved a cycle later; forgotten, it was proposed and held back eve
 (a Lease the RBAC does not let it write), its hot GPU never throttled.
 A capacity scale held back so (an inference scale-down that stops placed replicas, a loan) is no refusal either: the
 capacity planner counts it made when it plans it, and it waits as made (not asked again each cycle) only while the
-ledger stays unsaved (`held_scales`); the first cycle whose start saved it puts the service's last change and first
-sighting back as before the plan that proposed it, so that cycle plans it again. Counted made for good, as the guard's
-refusals are (`loop.Reconciler._unsent`), it waited out the service's hold (`CapacityPolicy.min_hold_s`, 30 minutes)
-though the ledger was saved a cycle later. A service changed since (its last change not the one the held scale set)
-is left as it is.
+ledger stays unsaved (`held_scales`); the first cycle whose start saved it puts the service's first sighting back as
+before the plan that proposed it, so that cycle plans it again. Counted made for good, as the guard's refusals are
+(`loop.Reconciler._unsent`), it waited out the service's hold (`CapacityPolicy.min_hold_s`, 30 minutes) though the
+ledger was saved a cycle later. It counts as made for loans alone: held, the service's last change stays the one before
+that plan, and the scale's time is its first sighting (`plan_capacity` holds a loan from the later of the two), so the
+latency net, which reads the last change (a step waits until it has taken effect, `settled`), steps at once. Counted
+as its last change, the scale never sent blocked the net's step for the service's warm-up, no note saying why, its
+p99 at the SLO's edge. A service changed since (a step went out: its first sighting no longer the held scale's) is
+left as it is.
 
 Refused scales. A service's scaling the actuator failed for good (FAILED: a Deployment another controller keeps, an
 HPA KEDA generates, RBAC; `refuse(..., scales=...)`) is remembered for `safety.cooldownS` (`refused_scales`): the
@@ -211,8 +215,10 @@ class PlannerState:
     # is saved (`ledger_saved`); a workload not among them was refused, kept off for the whole `refusedRetryS`
     held_moves: frozenset[str] = frozenset()
     # service -> (the last change the capacity plan counted for its scale the hand-over held back, its last change and
-    # first sighting before that plan; None: none known), the ledger unsaved ("Held-back moves"): put back as before
-    # once it is saved (`ledger_saved`), so the scale is planned again then, not after the service's hold
+    # first sighting before that plan; None: none known), the ledger unsaved ("Held-back moves"): meanwhile its capacity
+    # memory has the change before the plan as its last change and the held scale's as its first sighting (`hold_back`:
+    # a loan waits, the latency net does not); its first sighting put back as before once the ledger is saved
+    # (`ledger_saved`), so the scale is planned again then, not after the service's hold
     held_scales: Mapping[str, tuple[float, float | None, float | None]] = field(default_factory=lambda: _EMPTY)
     # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
     refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
@@ -326,15 +332,27 @@ def hold_back(state: PlannerState, actions: Iterable[Action], now: float, before
     moving again while the safety ledger stays unsaved (`held_moves`, until `ledger_saved`; `refusedRetryS` at most),
     so their hot GPUs are throttled meanwhile, as after a refusal. Not `refuse`: the guard accepted them. Its
     `ScaleInference`s, planned on `before` (the state the plan that proposed them started from), wait as made only
-    until then too (`held_scales`)."""
+    until then too (`held_scales`), as made for a loan alone (`_holding`)."""
     actions = list(actions)
     held = {a.workload: now for a in actions if isinstance(a, Migrate)}
     scales = _held_scales(state, before, actions)
     if not held and not scales:
         return state
     return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **held}),
-                   held_moves=state.held_moves | held.keys(),
+                   held_moves=state.held_moves | held.keys(), capacity=_holding(state.capacity, scales),
                    held_scales=MappingProxyType({**state.held_scales, **scales}))
+
+
+def _holding(cap: object, scales: Mapping[str, tuple[float, float | None, float | None]]) -> object:
+    """`cap` with each service of `scales` (`held_scales`'s) held: its last change as before the plan (what the
+    latency net reads: nothing changed, a step waits for no scale never sent), the held scale's change its first
+    sighting (what a loan's hold counts from, the later of the two: none is planned again until `ledger_saved`)."""
+    if not scales or not isinstance(cap, CapacityState):
+        return cap
+    last = {s: t for s, t in cap.last_change.items() if s not in scales}
+    last.update({s: was for s, (_, was, _) in scales.items() if was is not None})
+    first = {**cap.first_seen, **{s: t for s, (t, _, _) in scales.items()}}
+    return replace(cap, last_change=MappingProxyType(last), first_seen=MappingProxyType(first))
 
 
 def _held_scales(state: PlannerState, before: object, actions: list[Action]
@@ -362,18 +380,19 @@ def ledger_saved(state: object) -> object:
 
 
 def _unheld(state: PlannerState) -> object:
-    """`state.capacity` with each service of `held_scales` whose last change is still the held scale's as before the
-    plan that proposed it (its first sighting, if no change was known then, as `capacity_loop.unsent` keeps it)."""
+    """`state.capacity` with each service of `held_scales` still held (its first sighting the held scale's change, as
+    `_holding` set it) let go: its first sighting as before the plan that proposed it where no change is known (the
+    held scale's time if none was seen then, as `capacity_loop.unsent` keeps it), none where one is (its last change,
+    the one before that plan still, or one since, holds it). Its last change is `_holding`'s, or one since."""
     cap = state.capacity
-    back = {s: held for s, held in state.held_scales.items()
-            if isinstance(cap, CapacityState) and cap.last_change.get(s) == held[0]}
-    if not back:
+    if not isinstance(cap, CapacityState):
         return cap
-    last = {s: t for s, t in cap.last_change.items() if s not in back}
-    last.update({s: was for s, (_, was, _) in back.items() if was is not None})
-    first = {**cap.first_seen, **{s: seen if seen is not None else t
-                                  for s, (t, was, seen) in back.items() if was is None}}
-    return replace(cap, last_change=MappingProxyType(last), first_seen=MappingProxyType(first))
+    marked = {s: held for s, held in state.held_scales.items() if cap.first_seen.get(s) == held[0]}
+    if not marked:
+        return cap
+    first = {s: t for s, t in cap.first_seen.items() if s not in marked}
+    first.update({s: seen if seen is not None else t for s, (t, _, seen) in marked.items() if s not in cap.last_change})
+    return replace(cap, first_seen=MappingProxyType(first))
 
 
 def still_full(state: object, full: Callable[[], Collection[str]]) -> object:
