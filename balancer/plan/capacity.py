@@ -161,7 +161,9 @@ class CapacityState:
 
     The memory lives in the leader's process only: a new process, or a replica taking the lead, starts empty. A
     service whose last change this state does not know is held as if it changed when the state first saw it
-    (`first_seen`), so a restart mid-hold does not count the hold as served; the emergency net reads only
+    (`first_seen`), so a restart mid-hold does not count the hold as served (a loan the hand-over held back, never
+    sent, is recorded there too, later than its last change: no loan until the ledger is saved, `planner.hold_back`);
+    the emergency net reads only
     `last_change` (growth under pressure waits for no hold) and `emergency` (a step not honoured is not repeated).
     A restart forgets `emergency` and `pending_since`: one more emergency step, or a warm-up more of idle GPUs kept
     for pending replicas, at most."""
