@@ -128,8 +128,9 @@ class LeaseLeaderElector:
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
         self._persisted: str | None = None               # the ledger on the Lease as of our last write to it
         # why the last try's read or write of the Lease failed (the API unreachable, 5xx, 403, or a 409: another
-        # replica wrote first); None after a try whose calls all answered. The one record of it: `save_state`'s
-        # reason (`_ledger_reason`) and `unreachable()` (a standby told from a replica cut off from the API) read it
+        # replica wrote first; or the try raised: `_try_acquire_or_renew`); None after a try whose calls all answered.
+        # The one record of it: `save_state`'s reason (`_ledger_reason`) and `unreachable()` (a standby told from a
+        # replica cut off from the API) read it
         self.last_failure: ActuationError | None = None
         # times we took the Lease (not renewals): the loop tells a lead lost and retaken between two of its asks
         # (as a renewer thread may) from one held throughout, and starts the new term afresh
@@ -201,7 +202,19 @@ class LeaseLeaderElector:
             return self._try_acquire_or_renew()
 
     def _try_acquire_or_renew(self, stopping: Callable[[], bool] = _never) -> bool:
-        """One try; `stopping` (`await_lease`'s SIGTERM) ends its writes again after a 409 (`_take`)."""
+        """One try; `stopping` (`await_lease`'s SIGTERM) ends its writes again after a 409 (`_take`). One that raises
+        (a client's ValueError on a reply it cannot read, past `_Api`) is recorded as failed (`last_failure`) before
+        it propagates: left None, it read as a try that succeeded, and `save_state` reported a ledger the Lease
+        held before it saved with no I/O (its moves held back released, held back again every cycle)."""
+        try:
+            return self._try(stopping)
+        except Exception as exc:
+            self.last_failure = exc if isinstance(exc, ActuationError) else TemporaryActuationError(
+                f"lease {self.namespace}/{self.name}: {type(exc).__name__}: {exc}")
+            raise
+
+    def _try(self, stopping: Callable[[], bool]) -> bool:
+        """`_try_acquire_or_renew`'s try."""
         # `tick` (monotonic) before the calls: a write's success counts from before it was sent, never later
         now, tick, what = self.clock(), self._tick(), f"lease {self.namespace}/{self.name}"
         self.last_failure = None
@@ -431,9 +444,14 @@ class LeaseLeaderElector:
         again. So does a write that fails, or one this replica may not make (it does not hold the Lease):
         `LedgerNotSaved`, the ledger kept for our next write as holder (the renewer's, if it comes first).
         No write is made only while the Lease holds `text` as of a try that succeeded: after one that failed (a
-        reservation the Lease did not take, a renewal) the ledger before it, still on the Lease, is written again,
-        and the failure raised. Reported saved with no I/O, it told the loop the Lease takes writes again: the moves
-        held back for the reservation went back to the planner, to be held back again every cycle."""
+        reservation the Lease did not take, a renewal, one that raised) the ledger before it, still on the Lease, is
+        written again, and the failure raised. Reported saved with no I/O, it told the loop the Lease takes writes
+        again: the moves held back for the reservation went back to the planner, to be held back again every cycle.
+        Not the leader (before the try or after it), `not_leader` whatever the Lease held as of our last write, as
+        `InMemoryLeaderElector` says: a replica that does not hold the Lease cannot tell (another may have taken it,
+        or a write we never heard back from landed), and a silent return is a ledger said saved. A try that raises
+        other than `ActuationError` raises `LedgerNotSaved` (`error`) from it: a ValueError out of a reply was
+        counted `invalid`, a ledger that cannot be cut to fit."""
         text, dropped = fit(text, MAX_LEDGER_BYTES)
         if dropped:
             log.warning("safety ledger over the Lease annotation's %d bytes: %d oldest entries (cooldowns first, "
@@ -441,13 +459,22 @@ class LeaseLeaderElector:
         with self._lock:
             self._state, failure = text, None
             if (self._persisted != text or self.last_failure is not None) and self.is_leader:
-                self._try_acquire_or_renew()
-                failure = self.last_failure   # this try's (an earlier try's, the renewer's, is not why)
-            if self._persisted != text or failure is not None:
+                failure = self._save_try()   # this try's (an earlier try's, the renewer's, is not why)
+            if self._persisted != text or failure is not None or not self.is_leader:
                 reason = "not_leader" if failure is None else _ledger_reason(failure)
                 raise LedgerNotSaved(reason, f"lease {self.namespace}/{self.name}: safety ledger not written "
                                              f"({reason}); kept for the next write as holder")
         return dropped
+
+    def _save_try(self) -> ActuationError | None:
+        """`save_state`'s try: why it failed (`last_failure`), None if it did not; raised, `LedgerNotSaved`."""
+        try:
+            self._try_acquire_or_renew()
+        except Exception as exc:
+            reason = _ledger_reason(exc) if isinstance(exc, ActuationError) else "error"
+            raise LedgerNotSaved(reason, f"lease {self.namespace}/{self.name}: safety ledger not written ({exc!r}); "
+                                         "kept for the next write as holder") from exc
+        return self.last_failure
 
     def try_acquire(self, now: float) -> bool:
         """The loop's LeaderElector protocol: True while this replica may act. With a renewer thread (`start()`)

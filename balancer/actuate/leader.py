@@ -32,7 +32,8 @@ LEDGER_WRITE_FAILURES = ("conflict", "not_leader", "unavailable", "refused", "in
 
 class LedgerNotSaved(Exception):
     """`save_state` did not put the ledger where a successor reads it; `reason` is one of `LEDGER_WRITE_FAILURES`.
-    The elector keeps it for its next write as holder; the caller tries again."""
+    The elector keeps it for its next write as holder; the caller tries again. Raised too when the Lease already
+    holds that ledger but the elector's last write to it failed: it writes it again, and raises if that fails."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
