@@ -31,7 +31,8 @@ against a fresh snapshot (drop any whose source moved or whose target no longer 
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
 goes from leader to leader (`balancer.ledger_handover`); a move or a capacity scale the hand-over held back, that
-ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not refused (`_Asked`). A capacity scale
+ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not refused (`_Asked`); a training growth
+into the GPUs of a loan that does not go, held back or refused, is not sent either (`_on_loans`). A capacity scale
 up that did not go out, or a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never
 proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal
 of the guard is waited out as if made, and refused too, `planner.refuse`). What its actions leave on the fleet the
@@ -60,7 +61,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from balancer.actions import Action, Migrate, Plan
+from balancer.actions import Action, Migrate, Plan, ScaleTraining
 from balancer.actuate.base import ActionResult, Actuator, Outcome, Refused
 from balancer.actuate.leader import (  # noqa: F401  (InMemory*: re-exported, imported from here by soak and tests)
     InMemoryLeaderElector,
@@ -165,6 +166,18 @@ class _Asked:
         """The actions `review` (the hand-over's) rejected that the guard accepted."""
         accepted = {id(a) for a in self.own.accepted}
         return [a for a, _ in review.rejected if id(a) in accepted]
+
+
+def _on_loans(review: Review) -> list[Action]:
+    """The training growths `review` accepted into GPUs that a loan it rejected would free (the hand-over held it
+    back, `_Asked`, or the guard refused it): the plan names such a growth's loans (`ScaleTraining.service`,
+    `capacity_pools.Pools.training_actions`). Not sent: sent alone, its workers wait pending on GPUs the service keeps
+    (until the ledger is saved, or the service's hold has passed). Nothing of it is remembered: the next plan grows
+    into what is idle then, and into the loan's GPUs with the loan once it goes. A growth onto idle GPUs alone names
+    no loan and goes."""
+    kept = {a.service for a, _ in review.rejected if isinstance(a, ScaleInference) and a.replicas < a.previous_replicas}
+    return [a for a in review.accepted if isinstance(a, ScaleTraining) and a.cause == "loan"
+            and a.workers > a.previous_workers and kept & set(a.service.split(","))]
 
 
 class _WhatIf:
@@ -357,7 +370,10 @@ class Reconciler:
             self.state = planner_mod.hold_back(self.state, held, now, before)   # a scale held back too (`_unsent`)
             refused = [a for a, exc in review.rejected
                        if not isinstance(exc, EmergencyStop) and all(a is not h for h in held)]
-            if accepted := list(review.accepted):
+            waiting = _on_loans(review)   # growths into the GPUs of a loan that does not go: not sent either
+            for a in waiting:
+                log.info("not sent %s: it grows into GPUs of a loan held back or refused (%s)", a.describe(), a.service)
+            if accepted := [a for a in review.accepted if all(a is not w for w in waiting)]:
                 fresh = self._observe(now, "fresh snapshot before acting: ")
                 if isinstance(fresh, CycleReport):
                     return fresh

@@ -5,7 +5,8 @@ The tidal planner (`balancer.plan.capacity_plan`, which re-exports these) and th
 scale-up needs, first idle GPUs of the service's allowed models, then elastic training ranked by preemption cost
 (lowest priority, least work lost since the last checkpoint, resized in place before restarted whole; elastic
 minimum before suspension), gives the idle GPUs left to elastic training (less those kept for the pending replicas of
-a service on hold, `Pools.keep_for_pending`), and orders the actions so that a
+a service on hold, `Pools.keep_for_pending`; a growth into the GPUs a loan of the same pass frees names that loan's
+service, so the loop sends it only with the loan: `Pools.training_actions`), and orders the actions so that a
 per-cycle action cap leaves whole units. `Pools` is its mutable scratch accounting for one pass; `grow_gain` prices
 a training growth net of the rollback the loan's reclaim costs a job that does not checkpoint on SIGTERM and of the
 restart a Kueue-queued job pays for it (a growth worth nothing is not proposed); `capacity_split` is the split for
@@ -56,6 +57,9 @@ class Pools:
         self.stuck = {j.name: max(0, sum(j.gpus_by_model.values()) - sum(self.held[j.name].values()))
                       for j in view.jobs}
         self.released: dict[str, int] = {}   # GPUs per model this pass's scale-downs free (`claim_pending`)
+        # ... by service (the loans), those not claimed yet, and per job the loans whose GPUs it grows into (`_grow`)
+        self.lent: dict[str, dict[str, int]] = {}
+        self.lenders: dict[str, set[str]] = {}
 
     def take_free(self, models: frozenset[str] | None, gpus: int) -> int:
         """Claim up to `gpus` idle GPUs of the allowed models; returns how many were claimed."""
@@ -98,14 +102,30 @@ class Pools:
             gpus = min(gpus, max(0, sum(held.values()) - replicas * gpr))
         for m in sorted(held, key=lambda k: -held[k]):
             n = min(held[m], gpus)
-            self._credit(m, n)
+            self._credit(m, n, service.profile.name)
             gpus -= n
         if gpus > 0:  # unplaced (warming or pending) replicas: credit an allowed model
-            self._credit(min(service.profile.models or self.free or {"any": 0}), gpus)
+            self._credit(min(service.profile.models or self.free or {"any": 0}), gpus, service.profile.name)
 
-    def _credit(self, model: str, n: int) -> None:
+    def _credit(self, model: str, n: int, service: str) -> None:
         self.free[model] = self.free.get(model, 0) + n
         self.released[model] = self.released.get(model, 0) + n
+        lent = self.lent.setdefault(model, {})
+        lent[service] = lent.get(service, 0) + n
+
+    def _draw(self, model: str, n: int) -> set[str]:
+        """Take `n` of the GPUs of `model` this pass's scale-downs free (`released`); returns the services whose loans
+        free them."""
+        self.released[model] = self.released.get(model, 0) - n
+        lent, by = self.lent.get(model, {}), set()
+        for s in sorted(lent):
+            if n <= 0:
+                break
+            k = min(lent[s], n)
+            lent[s] -= k
+            n -= k
+            by.add(s)
+        return by
 
     def shrink_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> int:
         """Free up to `gpus` GPUs of the allowed models from training, cheapest preemption first. A job's shrink by k
@@ -166,7 +186,9 @@ class Pools:
         """Give the idle GPUs to elastic jobs (highest priority first, jobs resized in place before jobs a resize
         restarts) up to their elastic maximum, a job only when the `hours` of the added workers outweigh the work
         its restart and the loan's reclaim lose (`grow_gain`). Not those of the models in `keep` (None: any model):
-        a service left out while a node is forgotten may need them (`CapacityView.uncounted_models`)."""
+        a service left out while a node is forgotten may need them (`CapacityView.uncounted_models`). A job grows into
+        the GPUs idle already first, then into those this pass's scale-downs free: `lenders` keeps the services whose
+        loans those are, so its growth goes only with them (`training_actions`)."""
         self.claim_pending()
         kept = {m: n for m, n in self.free.items() if keep is None or m in keep}
         self.free.update(dict.fromkeys(kept, 0))
@@ -189,7 +211,9 @@ class Pools:
                     room -= k
             if not take or grow_gain(j, sum(take.values()), hours) <= 0:
                 continue
-            for m, k in take.items():
+            for m, k in take.items():   # the GPUs idle already first, then those a loan frees (`lenders`)
+                loaned = max(0, k * gpw - max(0, self.free[m] - self.released.get(m, 0)))
+                self.lenders.setdefault(j.name, set()).update(self._draw(m, loaned) if loaned else ())
                 self.free[m] -= k * gpw
                 self.workers[j.name] += k
 
@@ -209,7 +233,7 @@ class Pools:
                 if _allowed(j.models, m):
                     n = min(self.free[m], self.released[m], pending)
                     self.free[m] -= n
-                    self.released[m] -= n
+                    self._draw(m, n)
                     pending -= n
 
     def training_actions(
@@ -217,7 +241,10 @@ class Pools:
         serves: Mapping[str, Iterable[str]] | None = None,
     ) -> list[Action]:
         """The jobs' resizes; a shrink names the services it makes room for in `serves` ({job: services}: the
-        latency net's steps, tied so to it; one served by replicas already asked sends no scale, only its shrinks)."""
+        latency net's steps, tied so to it; one served by replicas already asked sends no scale, only its shrinks); a
+        growth names the services whose loans (scale-downs this pass) free GPUs it grows into (`lenders`): sent
+        without them, held back or refused, its workers wait pending on GPUs the service keeps
+        (`balancer.loop._on_loans`). One onto idle GPUs alone names none."""
         out: list[Action] = []
         for name, j in sorted(self.jobs.items()):
             new = self.workers[name]
@@ -248,6 +275,7 @@ class Pools:
                         previous_workers=j.workers,
                         expected_gain=grow_gain(j, new - j.workers, hours),
                         cause="loan",
+                        service=",".join(sorted(self.lenders.get(name, ()))),
                         reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs{lost}",
                     )
                 )
