@@ -116,6 +116,8 @@ class LeaseLeaderElector:
         # `await_lease`'s sleep between tries, a test's or simulation's on its clock: it wins over the caller's (a
         # real wait); None: the caller's, else until `release()` (at most that long)
         self.pause: Callable[[float], object] | None = pause
+        # SIGTERM's flag (`stop_when`): every try's writes again after a 409 end once it is set (`_cut_short`)
+        self._stopping: Callable[[], bool] = _never
         self._observed: tuple[Any, ...] | None = None   # (holder, renewTime, transitions, duration) last seen
         self._observed_at = 0.0                          # our monotonic clock when we saw the record change
         self._observed_for = self.lease_duration_s       # the leaseDurationSeconds last seen on the Lease
@@ -135,6 +137,14 @@ class LeaseLeaderElector:
         # times we took the Lease (not renewals): the loop tells a lead lost and retaken between two of its asks
         # (as a renewer thread may) from one held throughout, and starts the new term afresh
         self.terms = 0
+
+    def stop_when(self, stopping: Callable[[], bool]) -> None:
+        """The command's stop flag (SIGTERM): once `stopping()`, no try writes the Lease again after a 409 (`_take`)
+        and `await_lease` waits no more, whoever makes the try: a `--once` run's first (`try_acquire`), its wait,
+        the renewer thread, a save. Handed to `await_lease` alone, it did not reach the first try: SIGTERM during
+        its write (a 409 for a label edited) was followed by a read, a write that took the Lease, the cycle, and a
+        release, more calls than SIGTERM's budget to exit counts (`LEASE_CALLS_TO_RELEASE`)."""
+        self._stopping = stopping
 
     def _tick(self) -> float:
         """Now on the clock every local interval is measured on: `monotonic`, by default `time.monotonic` (a test
@@ -202,10 +212,11 @@ class LeaseLeaderElector:
             return self._try_acquire_or_renew()
 
     def _try_acquire_or_renew(self, stopping: Callable[[], bool] = _never) -> bool:
-        """One try; `stopping` (`await_lease`'s SIGTERM) ends its writes again after a 409 (`_take`). One that raises
-        (a client's ValueError on a reply it cannot read, past `_Api`) is recorded as failed (`last_failure`) before
-        it propagates: left None, it read as a try that succeeded, and `save_state` reported a ledger the Lease
-        held before it saved with no I/O (its moves held back released, held back again every cycle)."""
+        """One try; `stopping` (`await_lease`'s, besides our own: `stop_when`) ends its writes again after a 409
+        (`_take`). One that raises (a client's ValueError on a reply it cannot read, past `_Api`) is recorded as
+        failed (`last_failure`) before it propagates: left None, it read as a try that succeeded, and `save_state`
+        reported a ledger the Lease held before it saved with no I/O (its moves held back released, held back again
+        every cycle)."""
         try:
             return self._try(stopping)
         except Exception as exc:
@@ -238,24 +249,24 @@ class LeaseLeaderElector:
         if holder and holder != self.identity and self._observed_at + duration > tick:
             self._renewed_at = None
             return False
-        transitions = int(spec.get("leaseTransitions") or 0)
-        if holder == self.identity:
-            acquired = parse_time(spec.get("acquireTime")) or now
-        else:
-            acquired, transitions = now, transitions + 1
+        transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
+        kept = parse_time(spec.get("acquireTime")) if holder == self.identity else None   # a renewal keeps it
+
+        def ours(at: float) -> Json:   # dated when its write is sent: renewTime, a takeover's acquireTime
+            return self._spec(at, kept or at, transitions, self.identity, self.lease_duration_s)
+
         taking_over = holder != self.identity or self._renewed_at is None
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
             self._state = None
-        ours = self._spec(now, acquired, transitions, self.identity, self.lease_duration_s)
-        won, lease = self._take(what, tick, lease, ours, stopping)
+        won, lease = self._take(what, (now, tick), lease, ours, stopping)
         if won and taking_over:
             self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         return won
 
-    def _take(self, what: str, tick: float, lease: Json, ours: Json,
+    def _take(self, what: str, sent: tuple[float, float], lease: Json, ours: Callable[[float], Json],
               stopping: Callable[[], bool]) -> tuple[bool, Json]:
-        """Write `ours` over `lease` as read (`_body`: its resourceVersion, labels and annotations); whether it was
+        """Write `ours(now)` over `lease` as read (`_body`: its resourceVersion, labels and annotations); whether it was
         written, and the Lease it was written over. A write (a takeover or a renewal) that gets a 409 reads the Lease
         again (`_read_again`) and, its holder record (`_holder_record`) still the one judged (only metadata changed:
         a label, an annotation, resourceVersion), writes again over what was read, at most `TAKEOVER_CONFLICT_RETRIES`
@@ -266,21 +277,24 @@ class LeaseLeaderElector:
         afresh, a retry period later); ours does because a --once run's wait (`await_lease`) ends at its first
         failed try: every 409 on a takeover left it a standby, behind a crashed holder's Lease only relabelled; and
         a renewal so answered ended the lead at once, the next renewal counting a new term (`terms`: the loop took
-        office again, its planner state afresh). Each write again counts from when it is sent (`tick` anew): one
-        after slow calls, counted from the try's start, won the Lease already past our renew deadline, not leader,
-        so `release()` left it held. Cut short, no more calls: SIGTERM's budget to exit counts one read and one
-        write in flight (`LEASE_CALLS_TO_RELEASE`). A write again keeps the annotations read again but puts our
-        ledger over an edit of it (`_annotations`), as our next renewal would: the holder's ledger is what it spent,
-        what a successor must inherit."""
+        office again, its planner state afresh). Each write again counts from when it is sent (`sent`: wall and
+        monotonic clocks, anew): one after slow calls, counted from the try's start, won the Lease already past our
+        renew deadline, not leader, so `release()` left it held; and dated then (renewTime, a takeover's
+        acquireTime): dated at the try's start, a successor's hand-over (balancer/cmd/hand_over_floors.py: renewTime
+        + duration) said the Lease held for less than it is. Cut short, no more calls: SIGTERM's budget to exit
+        counts one read and one write in flight (`LEASE_CALLS_TO_RELEASE`). A write again keeps the annotations read
+        again but puts our ledger over an edit of it (`_annotations`), as our next renewal would: the holder's
+        ledger is what it spent, what a successor must inherit."""
         judged, fn = _holder_record(lease.get("spec") or {}), self.api.coordination.replace_namespaced_lease
-        retries = TAKEOVER_CONFLICT_RETRIES
-        while not self._write(what, tick, fn, self.name, self.namespace, self._body(lease, ours), keep=True):
+        (now, tick), retries = sent, TAKEOVER_CONFLICT_RETRIES
+        while not self._write(what, tick, fn, self.name, self.namespace, self._body(lease, ours(now)), keep=True):
             again = self._read_again(what, judged, retries, stopping)
             if again is None:
                 if isinstance(self.last_failure, ConflictError):   # the Lease changed since we read it
                     self._renewed_at = None
                 return False, lease
-            retries, tick = retries - 1, self._tick()   # this write's success counts from now, not the try's start
+            # this write dated and its success counted from now, not from the try's start
+            retries, now, tick = retries - 1, self.clock(), self._tick()
             lease, self.last_failure = again, None
         return True, lease
 
@@ -365,8 +379,8 @@ class LeaseLeaderElector:
 
     def _cut_short(self, stopping: Callable[[], bool]) -> bool:
         """Whether `await_lease`'s wait (or a try's writes again after a 409, `_take`) ends now, a standby's: SIGTERM
-        (`stopping()`) or `release()`."""
-        return stopping() or self._halt.is_set()
+        (`stopping()`, or our own flag: `stop_when`) or `release()`."""
+        return stopping() or self._stopping() or self._halt.is_set()
 
     def _watch(self, since: float, duration: int) -> tuple[float, int, float, int]:
         """`await_lease`'s watch of a Lease of `duration` s whose record we saw change at `since`: its pause, how

@@ -500,6 +500,9 @@ def run(args: argparse.Namespace) -> int:
         bind(lambda **kw: serve_metrics(registry=metrics.registry, health=health, **kw), args.listen_address,
              args.metrics_port, "--metrics-port")
     stop = threading.Event()
+    stop_when = getattr(reconciler.elector, "stop_when", None)
+    if stop_when is not None:   # SIGTERM cuts short every try of the Lease: a --once run's first, the renewer's
+        stop_when(stop.is_set)
     if args.once:   # SIGTERM ends the wait for another replica's Lease and the cycle after its action in progress
         with stopped_by_signals(stop.set, "finishing the action in progress (or no longer waiting for the Lease), "
                                           "then releasing the Lease"):

@@ -335,6 +335,8 @@ def run(args: argparse.Namespace) -> int:
                                    preemption=not args.no_preemption, starving_s=starving_s, leading=leading,
                                    term=lambda: elector.terms if elector is not None else 0,
                                    emergency_stop=emergency)
+    if elector is not None:   # SIGTERM cuts short every try of the Lease: a --once run's first, the renewer's
+        elector.stop_when(lambda: scheduler.stopping)
 
     log.info("from SIGTERM to exit at most %.0f s (terminationGracePeriodSeconds must cover it)",
              stop_budget_s(scheduler, getattr(elector, "api", None)))
