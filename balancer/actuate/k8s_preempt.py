@@ -455,9 +455,20 @@ def filled(entry: Json, req: Json) -> Json:
     kept up to the hour (`ranked`); one written for an earlier pod of `req`'s name (deleted and made again, asking
     port 29501 where it asked 29500) held what this one does not ask and left free what it does. The write that
     carries it on names them from then on (and no longer names what `req` does not ask). `entry` itself when it
-    names them as `req` asks them."""
+    names them as `req` asks them, as `k8s_filters` reads them (`_read_alike`)."""
     new = {k: v for k, v in entry.items() if k not in (HOST_PORTS, EXTENDED)} | asked(req)
-    return entry if new == entry else new
+    return entry if new == entry and _read_alike(new, entry) else new
+
+
+def _read_alike(new: Json, entry: Json) -> bool:
+    """Whether the hold `entry`, equal to `new` (`filled`'s), names its host ports and extended amounts in the types
+    `k8s_filters` reads: equality holds across types it tells apart (`8080.0 == 8080`, `True == 1`), while a port
+    must be an integer and an amount no bool (`ports_reserved_for_others`, `_amount`), so a hold saved so by an older
+    or a foreign writer held neither, was taken for its correction and never rewritten. An amount `1` for `1.0`
+    holds alike: not written again for that."""
+    amounts = entry.get(EXTENDED) if isinstance(entry.get(EXTENDED), dict) else {}
+    return same_json(new.get(HOST_PORTS), entry.get(HOST_PORTS)) and \
+        not any(isinstance(v, bool) for v in amounts.values())
 
 
 def capped(entry: Json, terminating: Sequence[str], now: float, reserve_s: float,
