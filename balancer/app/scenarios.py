@@ -37,6 +37,7 @@ from balancer.sim import ServiceSpec, SimCluster, TidalDemand, TrainingJobSpec
 from balancer.telemetry.sim import SimTelemetrySource
 
 HOUR = 3600.0
+MOST_STEP_S = 3600   # simulate's largest --step (balancer.cmd.simulate): the most a refusal names
 TRACE_FORMATS = ("csv", "servegen", "requests")   # balancer.forecast.traces.FORMATS, without importing pandas
 
 
@@ -178,19 +179,66 @@ def _refuse_too_few_steps(path: str, fmt: str, step_s: float, exc: InputError) -
     """`exc`, the loader's refusal of a trace at `step_s` as spanning under two steps ('field 'rows': invalid value
     1', '1 observed steps'), never said that the simulator's --step was what to change (audit a11): a trace that loads
     at a finer step (its own, else 1s) is refused naming --step and the largest one that plays it. Otherwise returns,
-    for the loader's refusal to stand (an empty trace, one spanning under 1s); one refusing the trace at its own step
-    for another reason (its only rows in one step) is raised, as before it was loaded at `step_s`. An error's path
-    only: a trace that plays is parsed once."""
+    for the loader's refusal to stand (an empty trace, one spanning under 1s). One refused at its own step as under
+    two observed steps too is refused naming a coarser --step that plays it where one does
+    (`_refuse_naming_a_coarser_step`); else, like one refused at its own step for another reason, with that refusal,
+    as before it was loaded at `step_s`. An error's path only: a trace that plays is parsed once."""
     from balancer.forecast.traces import OwnStepTooFine, load_demand
 
     try:
         fine = load_demand(path, fmt)
     except InputError as own:   # its own step under 1s, or too many steps at it: tried at 1s
+        if own.field == "value" and str(own.value).endswith(" observed steps"):   # under two at its own step too
+            _refuse_naming_a_coarser_step(path, fmt, step_s, own)
         if not (isinstance(own, OwnStepTooFine) or own.field == "step"):
             raise
         fine = _loaded_or_none(path, fmt, "1")
     if fine is not None:
         raise _too_few_steps(path, fmt, step_s, fine) from exc
+
+
+def _refuse_naming_a_coarser_step(path: str, fmt: str, step_s: float, own: InputError) -> None:
+    """Refuses --step naming one that plays a trace the loader refuses at its own step as under two observed steps
+    (`own`), where one does; otherwise returns, for `own` to stand. A --step coarser than the trace's own regroups it
+    on the epoch, which may split demand observed within one own step: values only at 29 and 31 s past the start of
+    a 7 s step play at --step 10 and 30, not 20 (31ff8771). `own` named no --step ('1 observed steps'), as though no
+    --step played it.
+
+    Named: the coarsest playing --step up to the one given, as a user who chose a --step chose how fine the simulation
+    is, and a finer one keeps that (as the refusal of a trace too short for --step names one below it); where none
+    does, the finest above it, the least resolution given up. The --steps tried are the whole seconds coarser than the
+    trace's own (one at most its own loads it at its own, refused) up to `simulate`'s most, all judged from one more
+    load, at 1s, not one load per candidate (`_plays_at`). A trace too long to load at 1s is left to `own`."""
+    fine = _loaded_or_none(path, fmt, "1")
+    if fine is None:
+        return
+    own_s = float(fine.attrs.get("own_step_s", 60.0))   # a requests log's own step: 1 min
+    steps = np.arange(math.floor(own_s) + 1, MOST_STEP_S + 1)
+    plays = steps[_plays_at(fine, fmt, steps)]
+    below, above = plays[plays <= step_s], plays[plays > step_s]
+    if below.size:
+        named, which = int(below[-1]), f"the coarsest up to {step_s:g}s giving it two observed steps"
+    elif above.size:
+        named, which = int(above[0]), f"the finest giving it two observed steps, none up to {step_s:g}s does"
+    else:
+        return
+    raise InputError(path, "--step", step_s, f"a --step of {named} seconds plays it ({which}; at its own {own_s:g}s "
+                     f"step, which a --step up to it keeps, it has {own.value})", detail=own.detail) from own
+
+
+def _plays_at(fine: Any, fmt: str, steps: np.ndarray) -> np.ndarray:
+    """Whether the trace (`fine`: loaded at 1s) has two observed steps at each of `steps` (whole seconds, coarser
+    than its own), as the loader resamples it: steps from the epoch, one observed where an observed time falls. A 1s
+    step lies within one whole --step, so the trace's time in 1s steps falls in the --step its time does. A csv or
+    ServeGen trace has two where its first and last observed times fall in two; a requests log's steps run from its
+    first to its last request, all observed but its last and, unless its first request starts it, its first."""
+    if fmt != "requests":
+        observed = fine.dropna().index
+        first, last = (int(t.timestamp()) for t in (observed[0], observed[-1]))
+        return first // steps != last // steps
+    first, last = (int(t.timestamp()) for t in (fine.index[0], fine.index[-1]))
+    starts_it = (first % steps == 0) & bool(np.isfinite(fine.iloc[0]))
+    return last // steps - first // steps - np.where(starts_it, 0, 1) >= 2
 
 
 def _loaded_or_none(path: str, fmt: str, step: str) -> Any:
