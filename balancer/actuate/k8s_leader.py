@@ -53,6 +53,9 @@ MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on a
 _WALL = time.time   # the real wall clock (as imported: a test that patches time.time later changes nothing here)
 # more writes (a takeover's or a renewal's) one try makes after a 409 that changed the Lease's metadata alone (`_take`)
 TAKEOVER_CONFLICT_RETRIES = 3
+# of those, what a save of the Lease we hold still makes once SIGTERM came (`_ends_try`): one, so the exit's ledger
+# save and release keep within SIGTERM's budget to exit (balancer/app/health.py: its read and write, one more of each)
+STOPPED_SAVE_RETRIES = 1
 
 
 def _never() -> bool:
@@ -139,11 +142,13 @@ class LeaseLeaderElector:
         self.terms = 0
 
     def stop_when(self, stopping: Callable[[], bool]) -> None:
-        """The command's stop flag (SIGTERM): once `stopping()`, no try writes the Lease again after a 409 (`_take`)
-        and `await_lease` waits no more, whoever makes the try: a `--once` run's first (`try_acquire`), its wait,
-        the renewer thread, a save. Handed to `await_lease` alone, it did not reach the first try: SIGTERM during
-        its write (a 409 for a label edited) was followed by a read, a write that took the Lease, the cycle, and a
-        release, more calls than SIGTERM's budget to exit counts (`LEASE_CALLS_TO_RELEASE`)."""
+        """The command's stop flag (SIGTERM): once `stopping()`, `await_lease` waits no more and no takeover writes
+        the Lease again after a 409, whoever makes the try (a `--once` run's first, `try_acquire`; its wait; the
+        renewer thread): handed to `await_lease` alone, it did not reach the first try, and SIGTERM during its write
+        (a 409 for a label edited) was followed by a read, a write that took the Lease, the cycle, and a release,
+        more calls than SIGTERM's budget to exit counts (`LEASE_CALLS_TO_RELEASE`). The writes of a Lease we hold
+        are what hand it over cleanly: a renewal ends at its 409 but keeps the lead, a save writes again once more
+        (`_ends_try`)."""
         self._stopping = stopping
 
     def _tick(self) -> float:
@@ -211,20 +216,20 @@ class LeaseLeaderElector:
         with self._lock:
             return self._try_acquire_or_renew()
 
-    def _try_acquire_or_renew(self, stopping: Callable[[], bool] = _never) -> bool:
+    def _try_acquire_or_renew(self, stopping: Callable[[], bool] = _never, save: bool = False) -> bool:
         """One try; `stopping` (`await_lease`'s, besides our own: `stop_when`) ends its writes again after a 409
-        (`_take`). One that raises (a client's ValueError on a reply it cannot read, past `_Api`) is recorded as
-        failed (`last_failure`) before it propagates: left None, it read as a try that succeeded, and `save_state`
-        reported a ledger the Lease held before it saved with no I/O (its moves held back released, held back again
-        every cycle)."""
+        (`_ends_try`; `save`: `save_state`'s try, which SIGTERM does not end at once). One that raises (a client's
+        ValueError on a reply it cannot read, past `_Api`) is recorded as failed (`last_failure`) before it
+        propagates: left None, it read as a try that succeeded, and `save_state` reported a ledger the Lease held
+        before it saved with no I/O (its moves held back released, held back again every cycle)."""
         try:
-            return self._try(stopping)
+            return self._try(stopping, save)
         except Exception as exc:
             self.last_failure = exc if isinstance(exc, ActuationError) else TemporaryActuationError(
                 f"lease {self.namespace}/{self.name}: {type(exc).__name__}: {exc}")
             raise
 
-    def _try(self, stopping: Callable[[], bool]) -> bool:
+    def _try(self, stopping: Callable[[], bool], save: bool) -> bool:
         """`_try_acquire_or_renew`'s try."""
         # `tick` (monotonic) before the calls: a write's success counts from before it was sent, never later
         now, tick, what = self.clock(), self._tick(), f"lease {self.namespace}/{self.name}"
@@ -258,39 +263,47 @@ class LeaseLeaderElector:
         taking_over = holder != self.identity or self._renewed_at is None
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
             self._state = None
-        won, lease = self._take(what, (now, tick), lease, ours, stopping)
+        kind = "takeover" if taking_over else "save" if save else "renewal"
+        won, lease = self._take(what, (now, tick), lease, ours, lambda left: self._ends_try(stopping, kind, left),
+                                held=not taking_over)
         if won and taking_over:
             self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         return won
 
     def _take(self, what: str, sent: tuple[float, float], lease: Json, ours: Callable[[float], Json],
-              stopping: Callable[[], bool]) -> tuple[bool, Json]:
+              ends: Callable[[int], bool], held: bool) -> tuple[bool, Json]:
         """Write `ours(now)` over `lease` as read (`_body`: its resourceVersion, labels and annotations); whether it was
         written, and the Lease it was written over. A write (a takeover or a renewal) that gets a 409 reads the Lease
         again (`_read_again`) and, its holder record (`_holder_record`) still the one judged (only metadata changed:
         a label, an annotation, resourceVersion), writes again over what was read, at most `TAKEOVER_CONFLICT_RETRIES`
-        more times; changed (another contender took it, its holder renewed, ours edited), unreadable, too busy, or
-        the try cut short (`release()`, `stopping()`), the 409 stays why (`last_failure`): not ours until a write
-        says so, `_renewed_at` dropped only then (the loop, asking `is_leader` while the renewer reads again, must
-        not see a lead lost and retaken). client-go's elector writes no more in that try (it tries again, read
-        afresh, a retry period later); ours does because a --once run's wait (`await_lease`) ends at its first
-        failed try: every 409 on a takeover left it a standby, behind a crashed holder's Lease only relabelled; and
-        a renewal so answered ended the lead at once, the next renewal counting a new term (`terms`: the loop took
-        office again, its planner state afresh). Each write again counts from when it is sent (`sent`: wall and
-        monotonic clocks, anew): one after slow calls, counted from the try's start, won the Lease already past our
-        renew deadline, not leader, so `release()` left it held; and dated then (renewTime, a takeover's
-        acquireTime): dated at the try's start, a successor's hand-over (balancer/cmd/hand_over_floors.py: renewTime
-        + duration) said the Lease held for less than it is. Cut short, no more calls: SIGTERM's budget to exit
-        counts one read and one write in flight (`LEASE_CALLS_TO_RELEASE`). A write again keeps the annotations read
-        again but puts our ledger over an edit of it (`_annotations`), as our next renewal would: the holder's
-        ledger is what it spent, what a successor must inherit."""
+        more times; changed (another contender took it, its holder renewed, ours edited), unreadable or too busy,
+        the 409 stays why (`last_failure`): not ours until a write says so, `_renewed_at` dropped only then (the
+        loop, asking `is_leader` while the renewer reads again, must not see a lead lost and retaken). Cut short
+        (`ends(retries left)`: `_ends_try`), the 409 stays why too, but the lead of a Lease we held (`held`: a
+        renewal, a save) is kept, bounded by the renew deadline as after any failed renewal: nothing said we lost
+        it, and what follows reads the Lease afresh (the save, a renewal, `_release`, which writes only while the
+        holder read is us). Dropped, SIGTERM's renewal in flight that got a 409 for an annotation lost the lead: the
+        exit's save of the ledger was refused (`not_leader`) and `release()` made no call, so the successor waited
+        for the Lease to expire and inherited an older ledger; so did a release begun during a renewal's 409.
+        client-go's elector writes no more in that try (it tries again, read afresh, a retry period later); ours
+        does because a --once run's wait (`await_lease`) ends at its first failed try: every 409 on a takeover left
+        it a standby, behind a crashed holder's Lease only relabelled; and a renewal so answered ended the lead at
+        once, the next renewal counting a new term (`terms`: the loop took office again, its planner state afresh).
+        Each write again counts from when it is sent (`sent`: wall and monotonic clocks, anew): one after slow calls,
+        counted from the try's start, won the Lease already past our renew deadline, not leader, so `release()` left
+        it held; and dated then (renewTime, a takeover's acquireTime): dated at the try's start, a successor's
+        hand-over (balancer/cmd/hand_over_floors.py: renewTime + duration) said the Lease held for less than it is.
+        Cut short, no more calls: SIGTERM's budget to exit counts a renewal's read and write in flight
+        (balancer/app/health.py), then the save's and the release's.
+        A write again keeps the annotations read again but puts our ledger over an edit of it (`_annotations`), as
+        our next renewal would: the holder's ledger is what it spent, what a successor must inherit."""
         judged, fn = _holder_record(lease.get("spec") or {}), self.api.coordination.replace_namespaced_lease
         (now, tick), retries = sent, TAKEOVER_CONFLICT_RETRIES
         while not self._write(what, tick, fn, self.name, self.namespace, self._body(lease, ours(now)), keep=True):
-            again = self._read_again(what, judged, retries, stopping)
+            again, cut = self._read_again(what, judged, retries, ends)
             if again is None:
-                if isinstance(self.last_failure, ConflictError):   # the Lease changed since we read it
+                if isinstance(self.last_failure, ConflictError) and not (cut and held):   # the Lease changed
                     self._renewed_at = None
                 return False, lease
             # this write dated and its success counted from now, not from the try's start
@@ -298,21 +311,39 @@ class LeaseLeaderElector:
             lease, self.last_failure = again, None
         return True, lease
 
-    def _read_again(self, what: str, judged: tuple, retries: int, stopping: Callable[[], bool]) -> Json | None:
+    def _read_again(self, what: str, judged: tuple, retries: int,
+                    ends: Callable[[int], bool]) -> tuple[Json | None, bool]:
         """After a failed write of `_take`: the Lease read again, to be written over again, if the failure was a 409,
-        retries are left, its holder record is still `judged` and the try is not cut short (`_cut_short`, asked
-        again after the read: `release()` may begin while it is in flight); None otherwise."""
-        if retries <= 0 or not isinstance(self.last_failure, ConflictError) or self._cut_short(stopping):
-            return None
+        retries are left, its holder record is still `judged` and the try is not cut short (`ends(retries)`, asked
+        again after the read: `release()` may begin while it is in flight); None otherwise. And whether it was cut
+        short (not told the record changed)."""
+        if retries <= 0 or not isinstance(self.last_failure, ConflictError):
+            return None, False
+        if ends(retries):
+            return None, True
         try:
             again = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
         except ActuationError as err:   # deleted (404) or out of reach: the 409 stays why
             log.info("%s: read again after a 409 on our write: %s", what, err)
-            return None
-        if _holder_record(again.get("spec") or {}) != judged or self._cut_short(stopping):
-            return None
+            return None, False
+        if _holder_record(again.get("spec") or {}) != judged:
+            return None, False
+        if ends(retries):
+            return None, True
         log.info("%s: 409 on our write, its holder record unchanged (metadata alone): written again", what)
-        return again
+        return again, False
+
+    def _ends_try(self, stopping: Callable[[], bool], kind: str, retries: int) -> bool:
+        """Whether a try (`kind`: a takeover, a renewal or `save_state`'s try of the Lease we hold) with `retries`
+        writes again left ends at its 409 (`_take`). `release()` ends every try there: it reads the Lease and
+        writes it next. SIGTERM (`_cut_short`) ends a takeover's (no point taking a Lease we are about to give up)
+        and a renewal's (the lead kept: the save or release that follows reads the Lease afresh), but a save
+        writes again `STOPPED_SAVE_RETRIES` more times after it: the exit's ledger save is what hands over what
+        this replica spent, and one 409 for a label edited failed it (the successor inherited an older ledger)."""
+        if self._halt.is_set():
+            return True
+        cut = self._cut_short(stopping)
+        return cut and not (kind == "save" and TAKEOVER_CONFLICT_RETRIES - retries < STOPPED_SAVE_RETRIES)
 
     def await_lease(self, stopping: Callable[[], bool] = lambda: False,
                     pause: Callable[[float], object] | None = None) -> bool:
@@ -461,18 +492,24 @@ class LeaseLeaderElector:
         reservation the Lease did not take, a renewal, one that raised) the ledger before it, still on the Lease, is
         written again, and the failure raised. Reported saved with no I/O, it told the loop the Lease takes writes
         again: the moves held back for the reservation went back to the planner, to be held back again every cycle.
-        Not the leader (before the try or after it), `not_leader` whatever the Lease held as of our last write, as
-        `InMemoryLeaderElector` says: a replica that does not hold the Lease cannot tell (another may have taken it,
-        or a write we never heard back from landed), and a silent return is a ledger said saved. A try that raises
-        other than `ActuationError` raises `LedgerNotSaved` (`error`) from it: a ValueError out of a reply was
-        counted `invalid`, a ledger that cannot be cut to fit."""
+        Not the leader after the try, `not_leader` whatever the Lease held as of our last write: a replica that does
+        not hold the Lease cannot tell (another may have taken it, or a write we never heard back from landed), and
+        a silent return is a ledger said saved. Not the leader before it, with a renewer thread (`start()`), no try:
+        it keeps the Lease, its renewals failed to the deadline; without one (`run --once`, the soak: the loop's
+        asks renew it) the save is the try, as `InMemoryLeaderElector` refuses only a Lease another replica holds:
+        a lead that merely ran out its renew deadline between two asks (a long cycle), the Lease still ours and
+        holding the ledger, was refused with no call, and `run --once` exited saying its successor inherits an
+        older ledger. A try that raises other than `ActuationError` raises `LedgerNotSaved` (`error`) from it: a
+        ValueError out of a reply was counted `invalid`, a ledger that cannot be cut to fit. After SIGTERM
+        (`stop_when`) its write again after a 409 is still made, once (`_ends_try`)."""
         text, dropped = fit(text, MAX_LEDGER_BYTES)
         if dropped:
             log.warning("safety ledger over the Lease annotation's %d bytes: %d oldest entries (cooldowns first, "
                         "evictions last) left out of what a successor inherits", MAX_LEDGER_BYTES, dropped)
         with self._lock:
             self._state, failure = text, None
-            if (self._persisted != text or self.last_failure is not None) and self.is_leader:
+            stale = self._persisted != text or self.last_failure is not None
+            if stale if self.is_leader else not self._background:   # not leading, no renewer: the save tries
                 failure = self._save_try()   # this try's (an earlier try's, the renewer's, is not why)
             if self._persisted != text or failure is not None or not self.is_leader:
                 reason = "not_leader" if failure is None else _ledger_reason(failure)
@@ -483,7 +520,7 @@ class LeaseLeaderElector:
     def _save_try(self) -> ActuationError | None:
         """`save_state`'s try: why it failed (`last_failure`), None if it did not; raised, `LedgerNotSaved`."""
         try:
-            self._try_acquire_or_renew()
+            self._try_acquire_or_renew(save=True)
         except Exception as exc:
             reason = _ledger_reason(exc) if isinstance(exc, ActuationError) else "error"
             raise LedgerNotSaved(reason, f"lease {self.namespace}/{self.name}: safety ledger not written ({exc!r}); "

@@ -91,14 +91,16 @@ def test_a_renewal_that_raised_makes_the_next_save_of_the_ledger_on_the_lease_wr
 
 
 def test_a_save_after_the_lead_ended_in_failed_renewals_is_not_leader(kube, api, clock) -> None:
+    """The renewer's renewals failed to the deadline: no try (without a renewer the save is the try:
+    test_k8s_lease_save_lapsed.py)."""
     lease = elector(api, clock)
-    assert lease.try_acquire_or_renew()
+    lease.start(thread=False)
     lease.save_state(L.to_json())
     kube.inject(None, LEASE, 503, count=1000)   # the API server fails every Lease call
     clock.advance(5)
-    assert lease.try_acquire_or_renew()   # failed, still within the renew deadline
+    assert lease.renew()   # failed, still within the renew deadline
     clock.advance(6)
-    assert not lease.try_acquire_or_renew() and not lease.is_leader and lease.last_failure is not None
+    assert not lease.renew() and not lease.is_leader and lease.last_failure is not None
     before = len(kube.requests)
     with pytest.raises(LedgerNotSaved) as raised:   # was: returned, the text of its last write
         lease.save_state(L.to_json())
