@@ -92,7 +92,7 @@ class ScaleTraining(Action):
     service: str = ""   # a co-location shrink: the inference services it makes room for, comma-separated (given
     #                     back once each has slack); a capacity reclaim: the latency-net steps it frees GPUs for,
     #                     where no idle GPU served them (forgotten when none of their shrinks goes out:
-    #                     `capacity_loop.unsent`)
+    #                     `capacity_loop.unsent`); a tide growth: the loans whose GPUs it takes (`loop._on_loans`)
 
     @property
     def target(self) -> str:

@@ -32,7 +32,9 @@ fresh snapshot shows holds), and an emergency stop set while earlier actions ran
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
 goes from leader to leader (`balancer.ledger_handover`); a move or a capacity scale the hand-over held back, that
 ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not refused (`_Asked`); a training growth
-into the GPUs of a loan that does not go, held back or refused, is not sent either (`_on_loans`). A capacity scale
+into the GPUs of a loan that does not go is not sent either: the loan held back or refused by the review, dropped on
+the fresh snapshot (`_on_loans`), or come back neither applied nor a dry run (`_act`: the plan orders loans before
+growths, `capacity_pools.apply_targets`). A capacity scale
 up that did not go out, or a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never
 proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal
 of the guard is waited out as if made, and refused too, `planner.refuse`). What its actions leave on the fleet the
@@ -59,7 +61,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeGuard
 
 from balancer.actions import Action, Migrate, Plan, ScaleTraining
 from balancer.actuate.base import ActionResult, Actuator, Outcome, Refused
@@ -170,14 +172,23 @@ class _Asked:
 
 def _on_loans(review: Review) -> list[Action]:
     """The training growths `review` accepted into GPUs that a loan it rejected would free (the hand-over held it
-    back, `_Asked`, or the guard refused it): the plan names such a growth's loans (`ScaleTraining.service`,
-    `capacity_pools.Pools.training_actions`). Not sent: sent alone, its workers wait pending on GPUs the service keeps
-    (until the ledger is saved, or the service's hold has passed). Nothing of it is remembered: the next plan grows
-    into what is idle then, and into the loan's GPUs with the loan once it goes. A growth onto idle GPUs alone names
-    no loan and goes."""
-    kept = {a.service for a, _ in review.rejected if isinstance(a, ScaleInference) and a.replicas < a.previous_replicas}
-    return [a for a in review.accepted if isinstance(a, ScaleTraining) and a.cause == "loan"
-            and a.workers > a.previous_workers and kept & set(a.service.split(","))]
+    back, `_Asked`, the guard refused it, or the fresh snapshot dropped it, `_revalidate`): the plan names such a
+    growth's loans (`ScaleTraining.service`, `capacity_pools.Pools.training_actions`). Not sent: sent alone, its
+    workers wait pending on GPUs the service keeps (until the ledger is saved, or the service's hold has passed).
+    Nothing of it is remembered: the next plan grows into what is idle then, and into the loan's GPUs with the loan
+    once it goes. A growth onto idle GPUs alone names no loan and goes."""
+    kept = {a.service for a, _ in review.rejected if _is_loan(a)}
+    return [a for a in review.accepted if _grows_into(a, kept)]
+
+
+def _is_loan(a: Action) -> TypeGuard[ScaleInference]:
+    return isinstance(a, ScaleInference) and a.replicas < a.previous_replicas
+
+
+def _grows_into(a: Action, loans: set[str]) -> TypeGuard[ScaleTraining]:
+    """Whether `a` is a training growth into GPUs that a loan (scale-down) of one of the services `loans` frees."""
+    return (isinstance(a, ScaleTraining) and a.cause == "loan" and a.workers > a.previous_workers
+            and bool(loans & set(a.service.split(","))))
 
 
 class _WhatIf:
@@ -540,7 +551,11 @@ class Reconciler:
         review = whole_groups(actions, lambda acts: self._fits(acts, fresh), Review)
         for a, exc in review.rejected:
             self._reject(a, exc.reason, str(exc), rejected, now)
-        return list(review.accepted)
+        waiting = _on_loans(review)   # a growth into the GPUs of a loan dropped here: not sent either
+        for a in waiting:
+            log.info("not sent %s: it grows into GPUs of a loan the fresh snapshot dropped (%s)", a.describe(),
+                     a.service)
+        return [a for a in review.accepted if all(a is not w for w in waiting)]
 
     def _fits(self, actions: list[Action], fresh: ClusterSnapshot) -> Review:
         proj = Projection(fresh, self.policy)   # tainted: what the fresh snapshot's nodes carry
@@ -553,7 +568,11 @@ class Reconciler:
              done: list[tuple[ActionResult, float]]) -> None:
         """Apply the actions in turn while this replica may, each result appended to `done` with the clock when it came:
         `stop` and the Lease are checked before each, and once either says no the rest are rejected (counted, audited).
-        An actuator that raises (not its own failure results) ends the cycle, the outcome unknown: spent."""
+        An actuator that raises (not its own failure results) ends the cycle, the outcome unknown: spent. A training
+        growth into the GPUs of a loan of this cycle is sent only once that loan came back applied (or a dry run's):
+        one that failed (an HPA KEDA keeps, RBAC) keeps its GPUs, and the growth's workers would wait pending on them
+        (`_on_loans`; the plan orders loans first). Not sent, it is not remembered: the next plan grows anew."""
+        loans, gone = {a.service for a in actions if _is_loan(a)}, set[str]()
         for i, a in enumerate(actions):
             why = self._interruption()
             if why is not None:
@@ -561,6 +580,9 @@ class Reconciler:
                 for skipped in actions[i:]:
                     self._reject(skipped, *why, rejected, now)
                 break
+            if _grows_into(a, loans - gone):
+                log.info("not sent %s: it grows into GPUs of a loan that did not go (%s)", a.describe(), a.service)
+                continue
             self._progress(f"{a.kind} {a.target}")
             try:
                 res = self.actuator.apply(a, fresh)
@@ -571,6 +593,8 @@ class Reconciler:
             done.append((res, self.clock()))
             if res.outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
                 self.metrics.actions.labels(type=a.kind, reason=reason_label(a)).inc()
+                if _is_loan(a):
+                    gone.add(a.service)
             else:
                 self.metrics.actuation_errors.labels(type=a.kind, outcome=str(res.outcome),
                                                      code=res.code or "unknown").inc()

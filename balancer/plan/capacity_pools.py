@@ -124,7 +124,8 @@ class Pools:
             k = min(lent[s], n)
             lent[s] -= k
             n -= k
-            by.add(s)
+            if k:   # a service that frees none of them (credited 0 of the model) lends none
+                by.add(s)
         return by
 
     def shrink_for(self, models: frozenset[str] | None, gpus: int, allow_suspend: bool) -> int:
@@ -323,7 +324,8 @@ def apply_targets(
     granted: dict[str, int] | None = None,
 ) -> tuple[list[Action], list[str]]:
     """Turn per-service replica targets into ordered actions: each inference change right after the training
-    shrinks that free its GPUs, then the remaining shrinks, then training growth. Services in `hold` keep what
+    shrinks that free its GPUs, then the remaining shrinks, then training growth (after the loans whose GPUs it takes:
+    the loop sends it only once they came back applied, `balancer.loop.Reconciler._act`). Services in `hold` keep what
     they asked for but get no GPUs freed for replicas still pending; those also in `keep_pending` (pending only
     briefly: `plan_capacity`) keep the idle GPUs of their models those replicas will take (`Pools.keep_for_pending`),
     which are then not lent to training. A scale-up frees GPUs for at most `need` replicas (default: its target):
