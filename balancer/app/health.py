@@ -30,8 +30,13 @@ from exporters.server import RunningServer, serve_app
 
 # ---- how long one action may take ------------------------------------------------------------------------------
 
-LEASE_CALLS_AFTER_ACTING = 4   # the safety ledger onto the Lease: a renewal in flight (read + write), then ours
-LEASE_CALLS_TO_RELEASE = 4     # the same again to clear the holder on the way out
+# The safety ledger onto the Lease: a renewal in flight, then ours, each a read and a write and, after a 409 for an
+# edit of the Lease's metadata alone, up to 3 re-reads and writes again (k8s_leader.TAKEOVER_CONFLICT_RETRIES).
+LEASE_CALLS_AFTER_ACTING = 16
+# After SIGTERM: the renewal in flight ends at its 409 (a read and a write); the exit's ledger save writes again
+# once more after one (k8s_leader.STOPPED_SAVE_RETRIES): 2 + 2 x 2.
+LEASE_CALLS_AFTER_STOP = 6
+LEASE_CALLS_TO_RELEASE = 4     # a renewal in flight again, then the write that clears the holder on the way out
 
 
 class Retries(Protocol):
@@ -59,10 +64,11 @@ def action_budget_s(action_deadline_s: float, lease_api: Retries | None = None) 
 
 
 def stop_budget_s(action_deadline_s: float, lease_api: Retries | None) -> float:
-    """How long `gputide run` may take from SIGTERM to exit: the action in progress finishes (`action_budget_s`),
-    then the Lease is released. The controller's terminationGracePeriodSeconds must cover it, or the kubelet kills
+    """How long `gputide run` may take from SIGTERM to exit: the action in progress finishes (its deadline), the
+    ledger is written to the Lease with SIGTERM's fewer retries (`LEASE_CALLS_AFTER_STOP`), then the Lease is
+    released. The controller's terminationGracePeriodSeconds must cover it, or the kubelet kills
     it mid-action with the Lease held (tests/deploy/test_deploy_grace_period.py)."""
-    return action_budget_s(action_deadline_s, lease_api) + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
+    return action_deadline_s + (LEASE_CALLS_AFTER_STOP + LEASE_CALLS_TO_RELEASE) * call_budget_s(lease_api)
 
 
 def stall_limit(interval_s: float, action_s: float = 0.0) -> float:
