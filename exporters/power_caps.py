@@ -36,14 +36,17 @@ What `PowerCapAgent.sync()` does, each interval:
   one an operator lowered meanwhile was raised), nor its first cap's give-back judged (whether that cap landed is
   told from the limit: its limit before is kept meanwhile). With a state file, a GPU found already at the cap asked
   (below its default) with nothing remembered is not asked: no Set of gputide's put that limit there (each first cap
-  is written down before it is asked), so it is an operator's, written down as a refused first cap in force is, and
-  its give-back or deletion leaves it (was: the default restored over the operator's limit, or, without
-  CAP_SYS_ADMIN, a Set the driver refused, failing every sync for good); a lower cap is held to it. An agent
-  restarted under its own cap with the state file lost takes that cap for an operator's too: its give-back leaves it
-  in force (was: the default restored, whoever had set that limit). Without a state file (the exporter's
+  is written down before it is asked, unless that write failed: see below), so it is an operator's, written down as a
+  refused first cap in force is, and its give-back or deletion leaves it (was: the default restored over the
+  operator's limit, or, without CAP_SYS_ADMIN, a Set the driver refused, failing every sync for good); a lower cap is
+  held to it. An agent restarted under its own cap with the state file lost takes that cap for an operator's too: its
+  give-back leaves it in force (was: the default restored, whoever had set that limit). So does one restarted after a
+  first cap whose record could not be written (a full disk) was asked anyway (a hot GPU is capped first: thermal
+  safety), before a later write of the state file succeeded: that cap is left on, a trade accepted; the agent logs a
+  WARNING when it asks such a cap (once per GPU until the file is written). Without a state file (the exporter's
   ``--power-caps-file`` agent) nothing remembered tells nothing, since a restarted agent remembers nothing of its own
   caps either: such a GPU is capped as any other and its give-back restores the default (an operator's limit at the
-  cap's watts too), rather than leave gputide's cap on for good.
+  cap's watts too; logged at WARNING), rather than leave gputide's cap on for good.
 * A new or changed cap is applied (held to the limit before). A GPU that now runs *above* the cap applied (raised by
   hand with ``nvidia-smi -pl``, or back at its default after a GPU reset or a driver reload) gets it again (listed
   in `lost` for that sync, logged); a GPU running *below* it (lowered by hand) is left alone.
@@ -306,6 +309,8 @@ class PowerCapAgent:
         self._asked: dict[str, Entry] = {}    # what the source asked for, per GPU, as last carried out
         self._applied: dict[str, float] = {}  # what the target set for it
         self._unknown: set[str] = set()
+        self._unrecorded: set[str] = set()   # this sync: first caps whose record could not be written (`_held_down`)
+        self._warned_unrecorded: set[str] = set()   # ... warned of since the state file was last written whole
         self._blind: set[str] = set()   # this sync: GPUs whose limit could not be read, their give-back waiting
         self._pending: dict[str, Pending] = {   # Sets that have not returned: judged once the GPU's limit reads
             uuid: Pending(AFTER, held.pending_w) for uuid, held in self.before.items()
@@ -322,7 +327,9 @@ class PowerCapAgent:
         # what an earlier sync could not write, first, whatever else fails: a refusal `_apply` could not write left
         # the file saying "not refused" (`_unrefuse`), so an agent restarted before it is written took an operator's
         # limit at the cap's watts for gputide's cap (was: not written while the source was unreadable)
-        self._keep(self.before.flush)
+        if self._keep(self.before.flush):   # the file holds all the memory does: no first cap unrecorded
+            self._warned_unrecorded.clear()
+        self._unrecorded = set()
         self._blind: set[str] = set()
         self.lost = set()   # this sync's: a sync that returns early found none (the CLI counts them each sync)
         read = self.source.read()
@@ -341,6 +348,7 @@ class PowerCapAgent:
         self.lost &= requests.keys()   # "applied again": not while its re-cap waits out a refusal (`_backed_off`)
         self.failed = "; ".join(self._waiting()) or None   # tried again next sync, counted failed meanwhile
         requests = self._unrefuse(requests)
+        self._warn_unrecorded(requests)
         applied = self._apply(requests, wanted) if requests else {}
         for uuid, watts in applied.items():
             self._done(uuid, wanted.get(uuid), watts)
@@ -430,6 +438,16 @@ class PowerCapAgent:
                 or_none=True)):
             return requests
         return {uuid: watts for uuid, watts in requests.items() if uuid not in first or not first[uuid].refused}
+
+    def _warn_unrecorded(self, requests: Mapping[str, float]) -> None:
+        """Warn of each first cap asked although its record could not be written (`_held_down`; a hot GPU is capped
+        anyway), once per GPU until the state file is written: an agent restarted before then finds the GPU at the
+        cap with nothing written down, takes it for an operator's (`_found_in_force`) and leaves it on."""
+        for uuid in sorted(requests.keys() & self._unrecorded - self._warned_unrecorded):
+            self._warned_unrecorded.add(uuid)
+            log.warning("%s: its first power cap (%.0f W) is asked although the state file could not record it: an "
+                        "agent restarted before that file is written takes the cap for an operator's limit and leaves "
+                        "it on when it is given back", uuid, requests[uuid])
 
     def _unasked(self, requests: Mapping[str, float], applied: Mapping[str, float]) -> None:
         """First caps written pending (`_unrefuse`) that neither landed, nor were refused (`_apply` writes those),
@@ -626,7 +644,9 @@ class PowerCapAgent:
         the operator's, not gputide's (`_not_capped_yet`). Asked, the NVML target counts a Set at the limit in force
         done without a call, and the operator's limit became gputide's cap: given back, the GPU was forgotten, and an
         agent restarted under the give-back the controller keeps raised it to the default. So is a first cap whose
-        GPU already runs at it with nothing written down, with a state file (`_found_in_force`)."""
+        GPU already runs at it with nothing written down, with a state file (`_found_in_force`); without one it is
+        asked (counted done without a call), logged: its give-back restores the default. A first cap whose record
+        could not be written is asked anyway (a hot GPU is capped first), warned (`_warn_unrecorded`)."""
         held_down = {}
         for uuid, watts in requests.items():
             held = self.before.get(uuid)
@@ -636,17 +656,25 @@ class PowerCapAgent:
             if held is None and watts != RESTORE and limit is not None:
                 if self._unread(uuid, limit) or self._found_in_force(uuid, watts, limit):
                     continue   # its limit before unknown: capped once it reads; or in force, not gputide's
-                if not runs_at(limit, watts) or uuid in self._asked:   # else at its default: nothing to hold
+                if not runs_at(limit, watts) or uuid in self._asked:   # else at the cap asked already (below)
                     # the watts asked written as pending with it (`_unrefuse`), in the same write
                     held = Held(limit.current_w, pending_w=min(watts, limit.current_w))
-                    self._keep(lambda u=uuid, h=held: self.before.put(u, h))
+                    if not self._keep(lambda u=uuid, h=held: self.before.put(u, h)):
+                        self._unrecorded.add(uuid)   # asked anyway (a hot GPU): warned (`_warn_unrecorded`)
+                elif holds(limit, watts):   # under its default: no state file (with one, `_found_in_force`)
+                    log.warning("%s already runs at the %.0f W cap asked and no limit before it is known (no state "
+                                "file: the agent's own cap before it restarted, or an operator's): its give-back "
+                                "restores the default", uuid, watts)
+                # else at its default (a cap at or above it): nothing to hold
             held_down[uuid] = watts if held is None else min(watts, held.before_w)
         return held_down
 
     def _found_in_force(self, uuid: str, watts: float, limit: PowerLimit) -> bool:
         """Whether a GPU gputide never capped (nothing written down) already runs at the first cap asked: not asked,
         and written down as a first cap in force seen refused is (`Held.refused`, its limit before the one in force),
-        since no Set of gputide's put that limit there (every first cap is written down before it is asked). Its
+        since no Set of gputide's put that limit there (every first cap is written down before it is asked, or
+        warned of where that write failed: a hot GPU is capped anyway, and an agent restarted before the state file is
+        written takes that cap for an operator's here and leaves it on, a trade accepted, `_warn_unrecorded`). Its
         give-back or deletion is carried out with nothing to put back (`_not_capped_yet`), by this agent and by one
         restarted; a lower cap is asked as a refused first cap is, held to that limit. Was: applied without a Set
         (the NVML target counts the limit in force done), and its give-back restored the default, overriding the

@@ -22,9 +22,11 @@ every node for a privileged pod on each of them); it outlives a reboot, which re
 finds the limit no longer the one it set and takes the one in force as the operator's (`PowerCapAgent`). Without a path
 it is kept in memory only (the agent's start-up then knows nothing, as before). An unreadable file is logged and read as
 empty; a write that fails raises `OSError` with the entry kept in memory (the agent says so and carries on: a hot GPU is
-capped anyway); `flush()`, which the agent calls each sync, writes them all again until a write succeeds (`put` writes
-nothing for an entry the memory already holds, so an entry whose write failed was otherwise never written: a restarted
-agent read the file's older one).
+capped anyway, a trade accepted: an agent restarted after a first cap whose record could not be written, before a later
+write succeeds, finds the GPU at that cap with nothing recorded, takes it for an operator's and leaves it on; the agent
+logs a WARNING when it asks such a cap); `flush()`, which the agent calls each sync, writes them all again until a write
+succeeds (`put` writes nothing for an entry the memory already holds, so an entry whose write failed was otherwise never
+written: a restarted agent read the file's older one).
 """
 
 from __future__ import annotations
