@@ -115,6 +115,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from balancer import catalog
+from balancer.actuate import k8s_filters
 from balancer.actuate.k8s_actuator import post_event
 from balancer.actuate.k8s_filters import (  # LEFT, EVICTED: a preemption's hold fields naming its victims
     CPU,
@@ -461,14 +462,13 @@ def filled(entry: Json, req: Json) -> Json:
 
 
 def _read_alike(new: Json, entry: Json) -> bool:
-    """Whether the hold `entry`, equal to `new` (`filled`'s), names its host ports and extended amounts in the types
-    `k8s_filters` reads: equality holds across types it tells apart (`8080.0 == 8080`, `True == 1`), while a port
-    must be an integer and an amount no bool (`ports_reserved_for_others`, `_amount`), so a hold saved so by an older
-    or a foreign writer held neither, was taken for its correction and never rewritten. An amount `1` for `1.0`
-    holds alike: not written again for that."""
-    amounts = entry.get(EXTENDED) if isinstance(entry.get(EXTENDED), dict) else {}
+    """Whether the hold `entry`, equal to `new` (`filled`'s), names its host ports and extended amounts as
+    `k8s_filters` reads them: equality holds across types it tells apart (`8080.0 == 8080`, `True == 1`), so a hold
+    saved so by an older or a foreign writer held neither, was taken for its correction and never rewritten. Ports
+    alike in type too (`same_json`), each amount what the reader takes it for (`k8s_filters._amount`: `true` reads
+    0, rewritten; `1` reads 1.0, alike). `entry`'s `EXTENDED`, equal to `new`'s, is a map or absent."""
     return same_json(new.get(HOST_PORTS), entry.get(HOST_PORTS)) and \
-        not any(isinstance(v, bool) for v in amounts.values())
+        all(k8s_filters._amount(v) == v for v in (entry.get(EXTENDED) or {}).values())
 
 
 def capped(entry: Json, terminating: Sequence[str], now: float, reserve_s: float,
