@@ -264,28 +264,27 @@ class LeaseLeaderElector:
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
             self._state = None
         kind = "takeover" if taking_over else "save" if save else "renewal"
-        won, lease = self._take(what, (now, tick), lease, ours, lambda left: self._ends_try(stopping, kind, left),
-                                held=not taking_over)
+        won, lease = self._take(what, (now, tick), lease, ours, lambda left: self._ends_try(stopping, kind, left))
         if won and taking_over:
             self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         return won
 
     def _take(self, what: str, sent: tuple[float, float], lease: Json, ours: Callable[[float], Json],
-              ends: Callable[[int], bool], held: bool) -> tuple[bool, Json]:
+              ends: Callable[[int], bool]) -> tuple[bool, Json]:
         """Write `ours(now)` over `lease` as read (`_body`: its resourceVersion, labels and annotations); whether it was
         written, and the Lease it was written over. A write (a takeover or a renewal) that gets a 409 reads the Lease
         again (`_read_again`) and, its holder record (`_holder_record`) still the one judged (only metadata changed:
         a label, an annotation, resourceVersion), writes again over what was read, at most `TAKEOVER_CONFLICT_RETRIES`
-        more times; changed (another contender took it, its holder renewed, ours edited), unreadable or too busy,
-        the 409 stays why (`last_failure`): not ours until a write says so, `_renewed_at` dropped only then (the
-        loop, asking `is_leader` while the renewer reads again, must not see a lead lost and retaken). Cut short
-        (`ends(retries left)`: `_ends_try`), the 409 stays why too, but the lead of a Lease we held (`held`: a
-        renewal, a save) is kept, bounded by the renew deadline as after any failed renewal: nothing said we lost
-        it, and what follows reads the Lease afresh (the save, a renewal, `_release`, which writes only while the
-        holder read is us). Dropped, SIGTERM's renewal in flight that got a 409 for an annotation lost the lead: the
-        exit's save of the ledger was refused (`not_leader`) and `release()` made no call, so the successor waited
-        for the Lease to expire and inherited an older ledger; so did a release begun during a renewal's 409.
+        more times. Otherwise the 409 stays why (`last_failure`), and the lead (`_renewed_at`) is dropped only once
+        the Lease is known lost (`_read_again`: read again, its holder record changed, or deleted): a re-read that
+        failed (503), the retries run out or a try cut short (`ends(retries left)`: `_ends_try`) leave a held lead
+        to run to its renew deadline, as after any failed renewal (the loop, asking `is_leader` meanwhile, must not
+        see a lead lost and retaken; what follows reads the Lease afresh: the save, a renewal, `_release`, which
+        writes only while the holder read is us). Dropped at every such 409, an annotation put on the leader's
+        own Lease ended its lead whenever the re-read failed, and the next renewal counted a new term (the loop
+        took office again, HPA floors given back); SIGTERM's renewal so cut short made the exit's save
+        `not_leader` and `release()` make no call, the Lease left to expire.
         client-go's elector writes no more in that try (it tries again, read afresh, a retry period later); ours
         does because a --once run's wait (`await_lease`) ends at its first failed try: every 409 on a takeover left
         it a standby, behind a crashed holder's Lease only relabelled; and a renewal so answered ended the lead at
@@ -301,9 +300,9 @@ class LeaseLeaderElector:
         judged, fn = _holder_record(lease.get("spec") or {}), self.api.coordination.replace_namespaced_lease
         (now, tick), retries = sent, TAKEOVER_CONFLICT_RETRIES
         while not self._write(what, tick, fn, self.name, self.namespace, self._body(lease, ours(now)), keep=True):
-            again, cut = self._read_again(what, judged, retries, ends)
+            again, lost = self._read_again(what, judged, retries, ends)
             if again is None:
-                if isinstance(self.last_failure, ConflictError) and not (cut and held):   # the Lease changed
+                if lost:   # not ours until a write says so
                     self._renewed_at = None
                 return False, lease
             # this write dated and its success counted from now, not from the try's start
@@ -315,21 +314,20 @@ class LeaseLeaderElector:
                     ends: Callable[[int], bool]) -> tuple[Json | None, bool]:
         """After a failed write of `_take`: the Lease read again, to be written over again, if the failure was a 409,
         retries are left, its holder record is still `judged` and the try is not cut short (`ends(retries)`, asked
-        again after the read: `release()` may begin while it is in flight); None otherwise. And whether it was cut
-        short (not told the record changed)."""
-        if retries <= 0 or not isinstance(self.last_failure, ConflictError):
+        again after the read: `release()` may begin while it is in flight); None otherwise. And whether the Lease is
+        lost: read again, its holder record changed (another contender took it, its holder renewed, ours edited) or
+        it is gone (404). Not read (no retries left, cut short) or out of reach, nothing says so."""
+        if retries <= 0 or not isinstance(self.last_failure, ConflictError) or ends(retries):
             return None, False
-        if ends(retries):
-            return None, True
         try:
             again = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
-        except ActuationError as err:   # deleted (404) or out of reach: the 409 stays why
+        except ActuationError as err:   # the 409 stays why
             log.info("%s: read again after a 409 on our write: %s", what, err)
-            return None, False
+            return None, isinstance(err, NotFoundError)
         if _holder_record(again.get("spec") or {}) != judged:
-            return None, False
-        if ends(retries):
             return None, True
+        if ends(retries):
+            return None, False
         log.info("%s: 409 on our write, its holder record unchanged (metadata alone): written again", what)
         return again, False
 

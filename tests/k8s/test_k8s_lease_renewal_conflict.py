@@ -4,7 +4,8 @@ put on the leader's own Lease (kubectl, a tool) ended its lead at once, and its 
 (`terms`), so the loop took office again, its planner state afresh. A renewal now reads the Lease again and, our own
 record unchanged, writes again within the try, a few times at most (`TAKEOVER_CONFLICT_RETRIES`), the lead kept
 throughout (the loop looks at `is_leader` while the renewer reads again); our record changed, the lead ends at once,
-as before (test_k8s_leader_renewer.py). The renewer is ticked by hand (`start(thread=False)`), on the test's clock."""
+as before (test_k8s_leader_renewer.py); not known changed, it runs to its renew deadline. The renewer is ticked by
+hand (`start(thread=False)`), on the test's clock."""
 
 from __future__ import annotations
 
@@ -53,13 +54,18 @@ def test_an_annotation_put_on_the_leaders_lease_keeps_its_lead_and_its_term(kube
     assert lease["metadata"]["annotations"]["example.com/note"] == "edit 1" and lease["spec"]["holderIdentity"] == ME
 
 
-def test_metadata_edited_before_every_renewal_write_ends_the_lead_after_a_few(kube, api, clock) -> None:
+def test_metadata_edited_before_every_renewal_write_stops_writing_after_a_few_and_keeps_the_lead(kube, api,
+                                                                                                  clock) -> None:
+    """Bounded; the lead, its record still ours as last read, runs to its renew deadline as after any failed
+    renewal (was: dropped, the next renewal a new term: test_k8s_lease_renewal_conflict_lost.py)."""
     elector = leading(api, clock)
     edits = [note(n) for n in range(TAKEOVER_CONFLICT_RETRIES + 1)]
     kube.before("PUT", PUT, lambda: edit(kube, edits.pop(0))(), count=len(edits))
     clock.advance(2.5)
-    assert elector.renew() is False and not elector.is_leader
+    assert elector.renew() is False and elector.is_leader
     assert renewals(kube) == 1 + TAKEOVER_CONFLICT_RETRIES, "bounded"
+    clock.advance(2.5)
+    assert elector.renew() is True and elector.terms == 1
 
 
 def test_our_ledger_edited_on_the_lease_is_written_over_by_the_renewal_again(kube, api, clock) -> None:
