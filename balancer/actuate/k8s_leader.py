@@ -261,6 +261,9 @@ class LeaseLeaderElector:
             return self._spec(at, kept or at, transitions, self.identity, self.lease_duration_s)
 
         taking_over = holder != self.identity or self._renewed_at is None
+        if taking_over and save:   # a save renews a Lease we hold, never takes one over (`save_state`): not_leader
+            self._renewed_at = None
+            return False
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
             self._state = None
         kind = "takeover" if taking_over else "save" if save else "renewal"
@@ -494,12 +497,15 @@ class LeaseLeaderElector:
         not hold the Lease cannot tell (another may have taken it, or a write we never heard back from landed), and
         a silent return is a ledger said saved. Not the leader before it, with a renewer thread (`start()`), no try:
         it keeps the Lease, its renewals failed to the deadline; without one (`run --once`, the soak: the loop's
-        asks renew it) the save is the try, as `InMemoryLeaderElector` refuses only a Lease another replica holds:
-        a lead that merely ran out its renew deadline between two asks (a long cycle), the Lease still ours and
-        holding the ledger, was refused with no call, and `run --once` exited saying its successor inherits an
-        older ledger. A try that raises other than `ActuationError` raises `LedgerNotSaved` (`error`) from it: a
-        ValueError out of a reply was counted `invalid`, a ledger that cannot be cut to fit. After SIGTERM
-        (`stop_when`) its write again after a 409 is still made, once (`_ends_try`)."""
+        asks renew it) the save is the try: a lead that merely ran out its renew deadline between two asks (a long
+        cycle), the Lease still ours and holding the ledger, was refused with no call, and `run --once` exited
+        saying its successor inherits an older ledger. A save's try renews a Lease we hold, never takes one over (a
+        takeover is the loop's ask, `try_acquire`): a Lease released (holder "") or another's is `not_leader`, no
+        write, as `InMemoryLeaderElector` refuses a Lease it does not hold; taken over by a save, a released Lease
+        got us as holder and a new term, our ledger dropped for the one found (`_state` None), while the save
+        raised `not_leader` and said its ledger kept. A try that raises other than `ActuationError` raises
+        `LedgerNotSaved` (`error`) from it: a ValueError out of a reply was counted `invalid`, a ledger that cannot
+        be cut to fit. After SIGTERM (`stop_when`) its write again after a 409 is still made, once (`_ends_try`)."""
         text, dropped = fit(text, MAX_LEDGER_BYTES)
         if dropped:
             log.warning("safety ledger over the Lease annotation's %d bytes: %d oldest entries (cooldowns first, "
