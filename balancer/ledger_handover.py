@@ -58,6 +58,13 @@ from balancer.safety_ledger import SafetyLedger
 log = logging.getLogger(__name__)
 
 
+class HeldForLedger(EvictionBudgetExhausted):
+    """An eviction the guard accepted that the hand-over held back, the ledger with it unsaved (`review`): counted
+    as `eviction_budget` (the reason is the budget's), yet no refusal of the guard's. The loop keeps such a move off
+    only until the ledger is saved (`planner.hold_back`), not `refusedRetryS` (`planner.refuse`), and such a scale (a
+    loan that stops placed replicas) waits as made only until then too, not the service's hold (`loop._unsent`)."""
+
+
 class LedgerMetrics:
     """The hand-over's counters on `registry`, one set per registry (`on`): replicas in one process may share one."""
 
@@ -148,8 +155,8 @@ class LedgerHandover:
     def review(self, guard: SafetyGuard, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger,
                now: float) -> Review:
         """`guard`'s review of `actions`, its evictions and cooldowns saved before any is carried out (module
-        docstring): the evictions it accepted wait, rejected, when the ledger with them cannot be saved. `ledger`
-        merged with `held` (module docstring)."""
+        docstring): the evictions it accepted wait, rejected (`HeldForLedger`), when the ledger with them cannot be
+        saved. `ledger` merged with `held` (module docstring)."""
         ledger = _with(ledger, self._held(guard, now))
         review = guard.review(actions, snapshot, ledger, now)
         if not any(getattr(s, "save_state", None) for s in self.stores):
@@ -163,7 +170,7 @@ class LedgerHandover:
         if saved or not evicts:
             return review
         held = {id(a) for a in held_evictions(review.accepted, snapshot)}
-        why = EvictionBudgetExhausted("the safety ledger could not be saved for a successor: no eviction until it is")
+        why = HeldForLedger("the safety ledger could not be saved for a successor: no eviction until it is")
         return Review(tuple(a for a in review.accepted if id(a) not in held),
                       review.rejected + tuple((a, why) for a in review.accepted if id(a) in held))
 

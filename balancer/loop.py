@@ -31,10 +31,10 @@ against a fresh snapshot (drop any whose source moved or whose target no longer 
 fresh snapshot shows holds), and an emergency stop set while earlier actions ran holds the rest. What was carried out
 goes into the safety ledger, at the time it was done, whatever ends the cycle after it (`_settle`), and the ledger
 goes from leader to leader (`balancer.ledger_handover`); a move or a capacity scale the hand-over held back, that
-ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not refused (`_Asked`); a training growth
-into the GPUs of a loan that does not go is not sent either: the loan held back or refused by the review, dropped on
-the fresh snapshot (`_on_loans`), or come back neither applied nor a dry run (`_act`: the plan orders loans before
-growths, `capacity_pools.apply_targets`). A capacity scale
+ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not refused (`HeldForLedger`); a training
+growth into the GPUs of a loan goes only once that loan came back applied or a dry run's, else it is rejected
+(`group_incomplete`): the loan held back or refused by the review, dropped on the fresh snapshot, or failed (`_act`,
+`_on_loans`: the plan orders loans before growths, `capacity_pools.apply_targets`). A capacity scale
 up that did not go out, or a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never
 proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal
 of the guard is waited out as if made, and refused too, `planner.refuse`). What its actions leave on the fleet the
@@ -75,7 +75,7 @@ from balancer.audit import JsonlAudit, action_record, reason_label
 from balancer.config import BalancerPolicy
 from balancer.errors import SafetyViolation, TelemetryError
 from balancer.fleet_record import FleetRecorder
-from balancer.ledger_handover import LedgerHandover
+from balancer.ledger_handover import HeldForLedger, LedgerHandover
 from balancer.loop_upkeep import LoopUpkeep
 from balancer.metrics import NOT_LEADER, SHUTTING_DOWN, STALE_PLAN, TELEMETRY_ERROR, ControllerMetrics
 from balancer.model import ClusterSnapshot, Forecast, ScaleInference
@@ -91,7 +91,7 @@ from balancer.safety import (
     SafetyLedger,
     check_telemetry,
 )
-from balancer.safety_groups import whole_groups
+from balancer.safety_groups import GroupIncomplete, whole_groups
 from balancer.telemetry.base import TelemetrySource
 
 log = logging.getLogger(__name__)
@@ -147,48 +147,19 @@ def _guard_refusals(rejected: Iterable[tuple[Action, SafetyViolation]]
     return whole, nodes
 
 
-class _Asked:
-    """`guard` as the hand-over's review asks it (`LedgerHandover.review`), with the guard's own answer kept (`own`):
-    what the review rejects that the guard accepted, the hand-over held back, the ledger with its evictions unsaved
-    (`held_back`). Such a move is no refusal of the guard's (its budget passed): kept off only until the ledger is
-    saved (`planner.hold_back`), not `refusedRetryS` (`planner.refuse`); such a scale (a loan that stops placed
-    replicas) waits as made only until then too, not the service's hold (`_unsent`)."""
-
-    def __init__(self, guard: SafetyGuard | _WhatIf) -> None:
-        self.guard, self.own = guard, Review((), ())
-
-    def __getattr__(self, name: str) -> Any:   # `policy`, `record`: the guard's
-        return getattr(self.guard, name)
-
-    def review(self, actions: Iterable[Action], snapshot: ClusterSnapshot, ledger: SafetyLedger, now: float) -> Review:
-        self.own = self.guard.review(actions, snapshot, ledger, now)
-        return self.own
-
-    def held_back(self, review: Review) -> list[Action]:
-        """The actions `review` (the hand-over's) rejected that the guard accepted."""
-        accepted = {id(a) for a in self.own.accepted}
-        return [a for a, _ in review.rejected if id(a) in accepted]
-
-
-def _on_loans(review: Review) -> list[Action]:
-    """The training growths `review` accepted into GPUs that a loan it rejected would free (the hand-over held it
-    back, `_Asked`, the guard refused it, or the fresh snapshot dropped it, `_revalidate`): the plan names such a
-    growth's loans (`ScaleTraining.service`, `capacity_pools.Pools.training_actions`). Not sent: sent alone, its
-    workers wait pending on GPUs the service keeps (until the ledger is saved, or the service's hold has passed).
-    Nothing of it is remembered: the next plan grows into what is idle then, and into the loan's GPUs with the loan
-    once it goes. A growth onto idle GPUs alone names no loan and goes."""
-    kept = {a.service for a, _ in review.rejected if _is_loan(a)}
-    return [a for a in review.accepted if _grows_into(a, kept)]
+def _on_loans(a: Action, gone: set[str]) -> TypeGuard[ScaleTraining]:
+    """Whether `a` is a training growth into GPUs that a loan (scale-down) of a service not in `gone` frees: the plan
+    names such a growth's loans (`ScaleTraining.service`, `capacity_pools.Pools.training_actions`). Sent before its
+    loans went (`gone`: came back applied, or a dry run's), its workers wait pending on GPUs the service keeps (until
+    the ledger is saved, or the service's hold has passed). Nothing of it is remembered: the next plan grows into what
+    is idle then, and into the loan's GPUs with the loan once it goes. A growth onto idle GPUs alone names no loan and
+    goes."""
+    return (isinstance(a, ScaleTraining) and a.cause == "loan" and a.workers > a.previous_workers
+            and not set(filter(None, a.service.split(","))) <= gone)
 
 
 def _is_loan(a: Action) -> TypeGuard[ScaleInference]:
     return isinstance(a, ScaleInference) and a.replicas < a.previous_replicas
-
-
-def _grows_into(a: Action, loans: set[str]) -> TypeGuard[ScaleTraining]:
-    """Whether `a` is a training growth into GPUs that a loan (scale-down) of one of the services `loans` frees."""
-    return (isinstance(a, ScaleTraining) and a.cause == "loan" and a.workers > a.previous_workers
-            and bool(loans & set(a.service.split(","))))
 
 
 class _WhatIf:
@@ -365,8 +336,7 @@ class Reconciler:
             self._log_notes(unread + plan.notes)
             self.fleet.record(snap, self.state, forecasts, self.forecaster, self.policy.forecast.horizon_s, now)
             # the ledger with the accepted actions' evictions and cooldowns is saved before any is carried out
-            asked = _Asked(self._guard())
-            review = self.handover.review(asked, plan.actions, snap, self.ledger, now)
+            review = self.handover.review(self._guard(), plan.actions, snap, self.ledger, now)
             rejected = [(a, exc.reason) for a, exc in review.rejected]
             for a, exc in review.rejected:
                 self.metrics.rejected.labels(reason=exc.reason).inc()
@@ -374,22 +344,21 @@ class Reconciler:
                 self._audit(now, action_record(a, f"rejected:{exc.reason}", str(exc)))
             # a refused migration is not offered again for a while: its hot GPU is throttled instead; one refused for
             # its target node alone is kept off the full nodes only (`_guard_refusals`); one the hand-over held back
-            # (the guard accepted it) only until the ledger is saved (`_Asked`)
-            held = asked.held_back(review)
-            whole, kept_off = _guard_refusals([(a, exc) for a, exc in review.rejected if all(a is not h for h in held)])
+            # (the guard accepted it) only until the ledger is saved (`HeldForLedger`)
+            held = [a for a, exc in review.rejected if isinstance(exc, HeldForLedger)]
+            whole, kept_off = _guard_refusals([(a, exc) for a, exc in review.rejected
+                                               if not isinstance(exc, HeldForLedger)])
             self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, guard=True)
             self.state = planner_mod.hold_back(self.state, held, now, before)   # a scale held back too (`_unsent`)
-            refused = [a for a, exc in review.rejected
-                       if not isinstance(exc, EmergencyStop) and all(a is not h for h in held)]
-            waiting = _on_loans(review)   # growths into the GPUs of a loan that does not go: not sent either
-            for a in waiting:
-                log.info("not sent %s: it grows into GPUs of a loan held back or refused (%s)", a.describe(), a.service)
-            if accepted := [a for a in review.accepted if all(a is not w for w in waiting)]:
+            refused = [a for a, exc in review.rejected if not isinstance(exc, (EmergencyStop, HeldForLedger))]
+            if all(_on_loans(a, set()) for a in review.accepted):   # none, or growths alone into loans not accepted:
+                self._act(list(review.accepted), snap, rejected, now, done)   # each rejected, no fresh snapshot read
+            else:
                 fresh = self._observe(now, "fresh snapshot before acting: ")
                 if isinstance(fresh, CycleReport):
                     return fresh
                 try:   # what was applied is recorded whatever stops the cycle (an audit write, an unexpected error)
-                    self._act(self._revalidate(accepted, fresh, rejected, now), fresh, rejected, now, done)
+                    self._act(self._revalidate(list(review.accepted), fresh, rejected, now), fresh, rejected, now, done)
                 finally:
                     self._settle(done, fresh, now)
         finally:
@@ -467,9 +436,9 @@ class Reconciler:
         shrinks did). Not those the guard `refused` for a lasting cause (its minimum gain, a protected workload, a
         budget): forgotten, such a step was asked, refused, logged and audited every cycle; waited out as if made, a
         latency-net step is asked again once not honoured for `emergency_retry_s` (`CapacityState.emergency`), any
-        other scale after the service's hold. One the hand-over held back, the ledger unsaved, is no refusal (`_Asked`):
-        `unsent` as any, it waits as made only until the ledger is saved (`planner.hold_back`). Not after the cycle lost
-        the lead: the state is the next term's then."""
+        other scale after the service's hold. One the hand-over held back, the ledger unsaved, is no refusal
+        (`HeldForLedger`): `unsent` as any, it waits as made only until the ledger is saved (`planner.hold_back`). Not
+        after the cycle lost the lead: the state is the next term's then."""
         if self._offices != self._cycle_office:
             return
         scales = [a for a in planned if capacity_loop.remembered(a)]   # all `unsent` reads: the compares stay few
@@ -551,11 +520,7 @@ class Reconciler:
         review = whole_groups(actions, lambda acts: self._fits(acts, fresh), Review)
         for a, exc in review.rejected:
             self._reject(a, exc.reason, str(exc), rejected, now)
-        waiting = _on_loans(review)   # a growth into the GPUs of a loan dropped here: not sent either
-        for a in waiting:
-            log.info("not sent %s: it grows into GPUs of a loan the fresh snapshot dropped (%s)", a.describe(),
-                     a.service)
-        return [a for a in review.accepted if all(a is not w for w in waiting)]
+        return list(review.accepted)   # a growth into the GPUs of a loan dropped here: rejected with it (`_act`)
 
     def _fits(self, actions: list[Action], fresh: ClusterSnapshot) -> Review:
         proj = Projection(fresh, self.policy)   # tainted: what the fresh snapshot's nodes carry
@@ -569,20 +534,24 @@ class Reconciler:
         """Apply the actions in turn while this replica may, each result appended to `done` with the clock when it came:
         `stop` and the Lease are checked before each, and once either says no the rest are rejected (counted, audited).
         An actuator that raises (not its own failure results) ends the cycle, the outcome unknown: spent. A training
-        growth into the GPUs of a loan of this cycle is sent only once that loan came back applied (or a dry run's):
-        one that failed (an HPA KEDA keeps, RBAC) keeps its GPUs, and the growth's workers would wait pending on them
-        (`_on_loans`; the plan orders loans first). Not sent, it is not remembered: the next plan grows anew."""
-        loans, gone = {a.service for a in actions if _is_loan(a)}, set[str]()
+        growth into the GPUs of a loan is sent only once every loan it names came back applied (or a dry run's), and
+        rejected (`group_incomplete`, asking nothing: `fresh` unread) otherwise: a loan held back or refused by the
+        review, dropped on the fresh snapshot, or failed (an HPA KEDA keeps, RBAC) keeps its GPUs, and the growth's
+        workers would wait pending on them (`_on_loans`; the plan orders loans first). Not sent, it is not remembered:
+        the next plan grows anew."""
+        gone = set[str]()
         for i, a in enumerate(actions):
+            if _on_loans(a, gone):
+                why = f"grows into GPUs that a loan of {a.service} frees, and that loan did not go"
+                log.info("not sent %s: %s", a.describe(), why)
+                self._reject(a, GroupIncomplete.reason, why, rejected, now)
+                continue
             why = self._interruption()
             if why is not None:
                 log.warning("%s: %s; %d planned actions not applied", why[0], why[1], len(actions) - i)
                 for skipped in actions[i:]:
                     self._reject(skipped, *why, rejected, now)
                 break
-            if _grows_into(a, loans - gone):
-                log.info("not sent %s: it grows into GPUs of a loan that did not go (%s)", a.describe(), a.service)
-                continue
             self._progress(f"{a.kind} {a.target}")
             try:
                 res = self.actuator.apply(a, fresh)

@@ -1,11 +1,12 @@
 """A training growth into the GPUs a loan frees goes only once that loan went (audit a12 of c2c15f07). The plan names
 a growth's loans (`ScaleTraining.service`) and orders them before it (`capacity_pools.apply_targets`); the loop kept a
-growth back only when the review rejected its loan (`loop._on_loans`): one the review accepted that then did not go
+growth back only when the review rejected its loan: one the review accepted that then did not go
 still had its growth sent, two workers pending on GPUs the service kept. Its scale-down came back FAILED (an HPA that
 KEDA keeps, RBAC: nothing changed), or the fresh snapshot before acting dropped it (its node labelled emergency-stop
 since the plan). The loop now sends such a growth only after its loans came back applied (or a dry run's), and
-`_revalidate` drops it with its loan. The plan named a service that frees none of the GPUs a growth takes too
-(`Pools._draw`: a scale-down credited 0 GPUs of that model): its failure held back a growth it had no part in.
+rejects it otherwise (`group_incomplete`: counted, audited, in `CycleReport.rejected`). The plan named a service
+that frees none of the GPUs a growth takes too (`Pools._draw`: a scale-down credited 0 GPUs of that model): its
+failure held back a growth it had no part in.
 
 The fleet is tests/loop/test_loop_held_back_loan_growth.py's: at T0+HOLD the tide lends two of chat's replicas
 (GPUs 0-2, node n0), gives GPU 7 (idle) to fast (2 -> 3) and the loan's two GPUs to slow (2 -> 4)."""
@@ -47,6 +48,10 @@ def test_a_growth_into_a_failed_loans_gpus_is_not_sent() -> None:
         ("chat", Outcome.FAILED)]
     # before: slow 2 -> 4 was applied right after, two workers pending on GPUs chat kept
     assert grows(sent) == {"fast": (2, 3)}   # GPU 7 was idle already: that growth goes
+    # rejected, counted and audited, naming the loan (before: no trace but a log line)
+    assert [(a.target, why) for a, why in report.rejected] == [("slow", "group_incomplete")]
+    assert rec.metrics.registry.get_sample_value("gputide_actions_rejected_total",
+                                                 {"reason": "group_incomplete"}) == 1
     # a loan applied, or a dry run's, goes with its growth, sent after it
     for outcome in (Outcome.APPLIED, Outcome.DRY_RUN):
         rec, sent = scales(outcome)
@@ -78,7 +83,7 @@ def test_a_growth_into_the_gpus_of_a_loan_the_fresh_snapshot_drops_is_not_sent()
     report = rec.run_once()
     assert loans(report.plan.actions) == [1]
     assert grows(report.plan.actions) == {"fast": (2, 3), "slow": (2, 4)}
-    assert [(a.target, why) for a, why in report.rejected] == [("chat", "emergency_stop")]
+    assert [(a.target, why) for a, why in report.rejected] == [("chat", "emergency_stop"), ("slow", "group_incomplete")]
     assert not loans(actuator.sent)
     # before: slow 2 -> 4 was sent, into GPUs chat keeps while its node is stopped
     assert grows(actuator.sent) == {"fast": (2, 3)}

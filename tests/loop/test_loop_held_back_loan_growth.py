@@ -4,7 +4,7 @@ back (the safety ledger with its evictions could not be saved for a successor: t
 or the guard refuses it, the growth evicts nothing and was sent alone: its workers waited pending on GPUs the service
 kept, until the ledger was saved (or the service's hold had passed). The plan names a growth's loans
 (`ScaleTraining.service`, `capacity_pools.Pools.training_actions`) and the loop does not send it while one of them does
-not go (`loop._on_loans`); a growth onto GPUs idle already names none and goes.
+not go, rejecting it (`group_incomplete`, `loop._on_loans`); a growth onto GPUs idle already names none and goes.
 
 The fleet (2x4 GPUs): chat, three replicas on GPUs 0-2, one replica's worth of demand; fast (priority 5, two workers
 on GPUs 3-4, at most three) and slow (priority 0, two workers on GPUs 5-6, at most eight); GPU 7 runs a batch job
@@ -13,6 +13,7 @@ GPUs to slow."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from loop_helpers import snapshot, workload
@@ -90,7 +91,11 @@ def test_a_growth_into_a_held_loans_gpus_waits_for_the_ledger_and_goes_with_the_
     report = rec.run_once()
     assert loans(report.plan.actions) == [1]
     assert grows(report.plan.actions) == {"fast": (2, 3), "slow": (2, 4)}
-    assert [(a.target, why) for a, why in report.rejected] == [("chat", "eviction_budget")]
+    # slow's growth rejected with it, counted and audited (before: no trace but a log line)
+    assert [(a.target, why) for a, why in report.rejected] == [
+        ("chat", "eviction_budget"), ("slow", "group_incomplete")]
+    assert rec.metrics.registry.get_sample_value("gputide_actions_rejected_total",
+                                                 {"reason": "group_incomplete"}) == 1
     # before: slow 2 -> 4 was sent too, two workers pending on GPUs chat kept until the ledger was saved
     assert grows(actuator.sent) == {"fast": (2, 3)}   # GPU 7 was idle already: that growth goes
     assert not loans(actuator.sent)
@@ -109,6 +114,42 @@ def test_a_growth_into_a_held_loans_gpus_waits_for_the_ledger_and_goes_with_the_
 def test_a_growth_into_a_refused_loans_gpus_is_not_sent() -> None:
     rec, actuator, _ = tide(Store(), refuse=True)
     report = rec.run_once()
-    assert [(a.target, why) for a, why in report.rejected] == [("chat", "cooldown")]
+    assert [(a.target, why) for a, why in report.rejected] == [("chat", "cooldown"), ("slow", "group_incomplete")]
     assert grows(report.plan.actions) == {"fast": (2, 3), "slow": (2, 4)}
     assert grows(actuator.sent) == {"fast": (2, 3)}   # before: slow's too, pending for chat's whole hold
+
+
+class Busy:
+    """The fleet with GPU 7 still busy at T0+HOLD (the batch job runs on): the tide's growths all go into the loan's
+    GPUs. Counts its reads."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock, self.reads = clock, 0
+
+    def snapshot(self):
+        self.reads += 1
+        return replace(fleet(T0 + HOLD - 1.0), time=self.clock[0])
+
+
+class Audit:
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        self.records.append(record)
+
+
+def test_growths_alone_into_a_refused_loans_gpus_are_rejected_without_a_fresh_read() -> None:
+    rec, actuator, clock = tide(Store(), refuse=True)
+    rec.source, rec.audit = Busy(clock), Audit()
+    report = rec.run_once()
+    assert loans(report.plan.actions) == [1]
+    assert grows(report.plan.actions) == {"fast": (2, 3), "slow": (2, 3)}
+    # both rejected, counted and audited naming the loan (before: no trace but a log line)
+    assert [(a.target, why) for a, why in report.rejected] == [
+        ("chat", "cooldown"), ("fast", "group_incomplete"), ("slow", "group_incomplete")]
+    assert rec.metrics.registry.get_sample_value("gputide_actions_rejected_total",
+                                                 {"reason": "group_incomplete"}) == 2
+    held = [r for r in rec.audit.records if r["outcome"] == "rejected:group_incomplete"]
+    assert len(held) == 2 and all("a loan of chat" in r["detail"] for r in held), rec.audit.records
+    assert not actuator.sent and rec.source.reads == 1   # nothing to send: no fresh snapshot read before acting
