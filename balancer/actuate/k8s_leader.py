@@ -148,7 +148,8 @@ class LeaseLeaderElector:
         (a 409 for a label edited) was followed by a read, a write that took the Lease, the cycle, and a release,
         more calls than SIGTERM's budget to exit counts (`LEASE_CALLS_TO_RELEASE`). The writes of a Lease we hold
         are what hand it over cleanly: a renewal ends at its 409 but keeps the lead, a save writes again once more
-        (`_ends_try`)."""
+        (`_ends_try`). The one way SIGTERM reaches the elector (`_cut_short`): `await_lease` takes no flag of its
+        own."""
         self._stopping = stopping
 
     def _tick(self) -> float:
@@ -216,20 +217,20 @@ class LeaseLeaderElector:
         with self._lock:
             return self._try_acquire_or_renew()
 
-    def _try_acquire_or_renew(self, stopping: Callable[[], bool] = _never, save: bool = False) -> bool:
-        """One try; `stopping` (`await_lease`'s, besides our own: `stop_when`) ends its writes again after a 409
-        (`_ends_try`; `save`: `save_state`'s try, which SIGTERM does not end at once). One that raises (a client's
+    def _try_acquire_or_renew(self, save: bool = False) -> bool:
+        """One try; the stop flag (`stop_when`) or `release()` ends its writes again after a 409 (`_ends_try`;
+        `save`: `save_state`'s try, which SIGTERM does not end at once). One that raises (a client's
         ValueError on a reply it cannot read, past `_Api`) is recorded as failed (`last_failure`) before it
         propagates: left None, it read as a try that succeeded, and `save_state` reported a ledger the Lease held
         before it saved with no I/O (its moves held back released, held back again every cycle)."""
         try:
-            return self._try(stopping, save)
+            return self._try(save)
         except Exception as exc:
             self.last_failure = exc if isinstance(exc, ActuationError) else TemporaryActuationError(
                 f"lease {self.namespace}/{self.name}: {type(exc).__name__}: {exc}")
             raise
 
-    def _try(self, stopping: Callable[[], bool], save: bool) -> bool:
+    def _try(self, save: bool) -> bool:
         """`_try_acquire_or_renew`'s try."""
         # `tick` (monotonic) before the calls: a write's success counts from before it was sent, never later
         now, tick, what = self.clock(), self._tick(), f"lease {self.namespace}/{self.name}"
@@ -266,8 +267,7 @@ class LeaseLeaderElector:
             return False
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
             self._state = None
-        kind = "takeover" if taking_over else "save" if save else "renewal"
-        won, lease = self._take(what, (now, tick), lease, ours, lambda left: self._ends_try(stopping, kind, left))
+        won, lease = self._take(what, (now, tick), lease, ours, lambda left: self._ends_try(save, left))
         if won and taking_over:
             self.terms += 1
             self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
@@ -334,8 +334,8 @@ class LeaseLeaderElector:
         log.info("%s: 409 on our write, its holder record unchanged (metadata alone): written again", what)
         return again, False
 
-    def _ends_try(self, stopping: Callable[[], bool], kind: str, retries: int) -> bool:
-        """Whether a try (`kind`: a takeover, a renewal or `save_state`'s try of the Lease we hold) with `retries`
+    def _ends_try(self, save: bool, retries: int) -> bool:
+        """Whether a try (a takeover, a renewal, or `save`: `save_state`'s, always of a Lease we hold) with `retries`
         writes again left ends at its 409 (`_take`). `release()` ends every try there: it reads the Lease and
         writes it next. SIGTERM (`_cut_short`) ends a takeover's (no point taking a Lease we are about to give up)
         and a renewal's (the lead kept: the save or release that follows reads the Lease afresh), but a save
@@ -343,11 +343,9 @@ class LeaseLeaderElector:
         this replica spent, and one 409 for a label edited failed it (the successor inherited an older ledger)."""
         if self._halt.is_set():
             return True
-        cut = self._cut_short(stopping)
-        return cut and not (kind == "save" and TAKEOVER_CONFLICT_RETRIES - retries < STOPPED_SAVE_RETRIES)
+        return self._cut_short() and not (save and TAKEOVER_CONFLICT_RETRIES - retries < STOPPED_SAVE_RETRIES)
 
-    def await_lease(self, stopping: Callable[[], bool] = lambda: False,
-                    pause: Callable[[float], object] | None = None) -> bool:
+    def await_lease(self, pause: Callable[[float], object] | None = None) -> bool:
         """A `--once` contender whose try found the Lease another identity's: keep trying, a pause (`pause`, e.g.
         a SIGTERM's Event's wait; default until `release()`; `self.pause` if set) between tries, until the takeover
         rule of `try_acquire_or_renew` lets us take it (the record unchanged for its lease duration since we first
@@ -357,12 +355,13 @@ class LeaseLeaderElector:
         it restarts the watch, from when we saw it, judged by the new duration, as it restarts the takeover rule's
         count: holder, renewTime, transitions and leaseDurationSeconds are compared; client-go's record adds
         acquireTime, which no write changes alone), a try cannot reach the Lease or finds it written meanwhile
-        (`last_failure`; `unreachable()` tells the two apart for the caller), `stopping()` (SIGTERM) or `release()`,
-        or once a try that began a lease duration and a pause after we last saw the record change did not take it.
-        A single try never takes such a Lease: the holder's renewTime is on its clock, not ours, so a --once run (a
-        CronJob) was a standby for ever behind a Lease nobody renewed. Call it with no renewer running (`start()`
-        once it returns True): its tries are then the Lease's one reader, and the failure that ended it stays until
-        the caller reads it (a renewer read the Lease twice per pause and reset `last_failure` in between).
+        (`last_failure`; `unreachable()` tells the two apart for the caller), the stop flag (SIGTERM: `stop_when`)
+        or `release()`, or once a try that began a lease duration and a pause after we last saw the record change
+        did not take it. A single try never takes such a Lease: the holder's renewTime is on its clock, not ours, so
+        a --once run (a CronJob) was a standby for ever behind a Lease nobody renewed. Call it with no renewer
+        running (`start()` once it returns True): its tries are then the Lease's one reader, and the failure that
+        ended it stays until the caller reads it (a renewer read the Lease twice per pause and reset `last_failure`
+        in between).
 
         The pause is the Lease's, not ours (`_await_step`): a sixth of its lease duration, at most our retry period.
         Our own retry period follows our `--interval` (a 1 h interval: 30 min), which has nothing to do with the
@@ -386,33 +385,33 @@ class LeaseLeaderElector:
         step, most, deadline, tries = self._watch(since, duration)
         while tries > 0:   # the count of tries also ends it on a clock held still
             tries -= 1
-            if self._cut_short(stopping):
+            if self._cut_short():
                 return self.is_leader
             if began >= deadline:
                 break
             pause(step)
-            if self._cut_short(stopping):
+            if self._cut_short():
                 return self.is_leader
             with self._lock:
                 began = self._tick()
-                self._try_acquire_or_renew(stopping)
+                self._try_acquire_or_renew()
                 now_seen = self._observed or ()
                 if self.is_leader or self.last_failure is not None or now_seen[:3] != seen[:3]:
                     return self.is_leader   # taken, out of reach, renewed (or released, taken by another)
                 if now_seen != seen:   # its leaseDurationSeconds alone edited, no renewal: watched afresh from now
                     seen, since, duration = now_seen, self._observed_at, self._observed_for
                     step, most, deadline, tries = self._watch(since, duration)
-        if self._cut_short(stopping):   # in the last try's calls: cut short, not waited out (a standby)
+        if self._cut_short():   # in the last try's calls: cut short, not waited out (a standby)
             return self.is_leader
         with self._lock:   # reached its end neither taken nor renewed: watched so long, not the Lease's duration?
             if duration > most and self._tick() - since >= most:
                 self._outwaited = seen[0], duration, most   # the wait's own figures: what it waited is what is said
         return self.is_leader
 
-    def _cut_short(self, stopping: Callable[[], bool]) -> bool:
+    def _cut_short(self) -> bool:
         """Whether `await_lease`'s wait (or a try's writes again after a 409, `_take`) ends now, a standby's: SIGTERM
-        (`stopping()`, or our own flag: `stop_when`) or `release()`."""
-        return stopping() or self._stopping() or self._halt.is_set()
+        (the command's flag, handed over once: `stop_when`) or `release()`."""
+        return self._stopping() or self._halt.is_set()
 
     def _watch(self, since: float, duration: int) -> tuple[float, int, float, int]:
         """`await_lease`'s watch of a Lease of `duration` s whose record we saw change at `since`: its pause, how

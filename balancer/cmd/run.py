@@ -535,12 +535,14 @@ def lease_expires(elector, stopping: Callable[[], bool], pause: Callable[[float]
     """Whether a `--once` standby takes the Lease after all: another identity's, unchanged for its lease duration
     while this replica watches (`LeaseLeaderElector.await_lease`: a crashed holder's), not renewed meanwhile. One try
     never takes it (the holder's renewTime is on another clock): a --once run was a standby for ever behind it.
-    `stopping()` (SIGTERM) ends the wait at once, `pause` (what SIGTERM wakes) included: a --once run had no
-    handler, so as a container's PID 1 it ignored SIGTERM, kept waiting, might take the Lease and be killed in the
-    middle of its cycle holding it. `gputide run --once` and `gputide schedule --once` both wait here, with no renewer
-    thread running (`await_lease`: its tries the Lease's one reader); schedule starts one once the Lease is held."""
+    SIGTERM ends the wait at once, `pause` (what SIGTERM wakes) included: the elector heard of it from the command
+    (`stop_when`, the same flag as `stopping`), and a Lease taken as it came (`stopping()`) is no lead to act on: a
+    --once run had no handler, so as a container's PID 1 it ignored SIGTERM, kept waiting, might take the Lease and
+    be killed in the middle of its cycle holding it. `gputide run --once` and `gputide schedule --once` both wait
+    here, with no renewer thread running (`await_lease`: its tries the Lease's one reader); schedule starts one
+    once the Lease is held."""
     await_lease = getattr(elector, "await_lease", None)
-    return await_lease is not None and await_lease(stopping, pause) and not stopping()
+    return await_lease is not None and await_lease(pause) and not stopping()
 
 
 def one_cycle(reconciler: Reconciler, stop: threading.Event) -> int:

@@ -72,7 +72,8 @@ def test_a_wait_cut_short_during_the_takeover_write_writes_no_more(kube, api, cl
     elector = LeaseLeaderElector(api, name, "gputide", ME, clock=clock)
     assert elector.try_acquire_or_renew() is False
     before_the_first_write(kube, name, lambda: stop.append("SIGTERM"))
-    assert elector.await_lease(stopping=lambda: bool(stop), pause=clock.advance) is False
+    elector.stop_when(lambda: bool(stop))
+    assert elector.await_lease(pause=clock.advance) is False
     assert writes(kube, name) == [ME] and holder(kube, name) == "crashed-replica"
     assert len(kube.calls("GET", rf"/leases/{name}$")) == 1 + 6, "its first try, the wait's six tries, no read again"
 
