@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from balancer.loop import JsonlAudit, Reconciler
 from balancer.metrics import ControllerMetrics
 from balancer.sim import ServiceSpec, SimCluster, TidalDemand, TrainingJobSpec
 from balancer.telemetry.sim import SimTelemetrySource
+
+if TYPE_CHECKING:
+    from balancer.forecast.traces import TooFewSteps
 
 HOUR = 3600.0
 MOST_STEP_S = 3600   # simulate's largest --step (balancer.cmd.simulate): the most a refusal names
@@ -159,13 +162,13 @@ def load_trace_shape(path: str, fmt: str = "csv", step_s: float | None = None) -
     one under 1s is refused (exit 2). With it, a trace refused at its own step for giving too many steps (59 days at
     1 s) is loaded at `step_s`, the refusal naming `step_s`: one naming a step ('0 days 00:00:01') the user never gave
     was no help (audit a11)."""
-    from balancer.forecast.traces import load_demand
+    from balancer.forecast.traces import TooFewSteps, load_demand
 
     fmt = fmt or "csv"
     try:
         y = load_demand(path, fmt, coarsen_to=step_s)
-    except InputError as exc:
-        if step_s is None or exc.field not in ("rows", "value"):
+    except TooFewSteps as exc:   # the loader's other refusals stand as they are, the trace read once
+        if step_s is None:
             raise
         _refuse_too_few_steps(path, fmt, step_s, exc)
         raise
@@ -175,20 +178,23 @@ def load_trace_shape(path: str, fmt: str = "csv", step_s: float | None = None) -
     return TraceShape(values, _step_of(y))
 
 
-def _refuse_too_few_steps(path: str, fmt: str, step_s: float, exc: InputError) -> None:
+def _refuse_too_few_steps(path: str, fmt: str, step_s: float, exc: TooFewSteps) -> None:
     """`exc`, the loader's refusal of a trace at `step_s` as spanning under two steps ('field 'rows': invalid value
     1', '1 observed steps'), never said that the simulator's --step was what to change (audit a11): a trace that loads
     at a finer step (its own, else 1s) is refused naming --step and the largest one that plays it. Otherwise returns,
     for the loader's refusal to stand (an empty trace, one spanning under 1s). One refused at its own step as under
     two observed steps too is refused naming a coarser --step that plays it where one does
     (`_refuse_naming_a_coarser_step`); else, like one refused at its own step for another reason, with that refusal,
-    as before it was loaded at `step_s`. An error's path only: a trace that plays is parsed once."""
-    from balancer.forecast.traces import OwnStepTooFine, load_demand
+    as before it was loaded at `step_s`. An error's path only: a trace that plays is parsed once. `exc` loaded at
+    its own step (`exc.own`: --step not finer than it) is its refusal at its own step: not read again for it."""
+    from balancer.forecast.traces import OwnStepTooFine, TooFewSteps, load_demand
 
     try:
+        if exc.own:
+            raise exc
         fine = load_demand(path, fmt)
     except InputError as own:   # its own step under 1s, or too many steps at it: tried at 1s
-        if own.field == "value" and str(own.value).endswith(" observed steps"):   # under two at its own step too
+        if isinstance(own, TooFewSteps) and own.field == "value":   # under two observed at its own step too
             _refuse_naming_a_coarser_step(path, fmt, step_s, own)
         if not (isinstance(own, OwnStepTooFine) or own.field == "step"):
             raise
@@ -197,7 +203,7 @@ def _refuse_too_few_steps(path: str, fmt: str, step_s: float, exc: InputError) -
         raise _too_few_steps(path, fmt, step_s, fine) from exc
 
 
-def _refuse_naming_a_coarser_step(path: str, fmt: str, step_s: float, own: InputError) -> None:
+def _refuse_naming_a_coarser_step(path: str, fmt: str, step_s: float, own: TooFewSteps) -> None:
     """Refuses --step naming one that plays a trace the loader refuses at its own step as under two observed steps
     (`own`), where one does; otherwise returns, for `own` to stand. A --step coarser than the trace's own regroups it
     on the epoch, which may split demand observed within one own step: values only at 29 and 31 s past the start of
@@ -208,11 +214,16 @@ def _refuse_naming_a_coarser_step(path: str, fmt: str, step_s: float, own: Input
     is, and a finer one keeps that (as the refusal of a trace too short for --step names one below it); where none
     does, the finest above it, the least resolution given up. The --steps tried are the whole seconds coarser than the
     trace's own (one at most its own loads it at its own, refused) up to `simulate`'s most, all judged from one more
-    load, at 1s, not one load per candidate (`_plays_at`). A trace too long to load at 1s is left to `own`."""
-    fine = _loaded_or_none(path, fmt, "1")
-    if fine is None:
+    load, at 1s, not one load per candidate (`_plays_at`). A trace too long to load at 1s is left to `own`, as is
+    one where no candidate can play, without that load: its own step 1s (a coarser step joins its 1s steps, under
+    two observed) or at least `simulate`'s most (no whole --step coarser). So is one with no positive demand (its
+    values all 0), which the --step named refused as such (told 'a --step of 30 seconds plays it', then refused)."""
+    own_s = own.own_step_s   # a requests log's own step: 1 min
+    if own_s == 1 or own_s >= MOST_STEP_S:
         return
-    own_s = float(fine.attrs.get("own_step_s", 60.0))   # a requests log's own step: 1 min
+    fine = _loaded_or_none(path, fmt, "1")
+    if fine is None or not np.nanmax(fine.to_numpy(float)) > 0:   # no demand: a --step named would then refuse it
+        return
     steps = np.arange(math.floor(own_s) + 1, MOST_STEP_S + 1)
     plays = steps[_plays_at(fine, fmt, steps)]
     below, above = plays[plays <= step_s], plays[plays > step_s]

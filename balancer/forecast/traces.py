@@ -199,7 +199,7 @@ def to_utc(raw: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
     # epoch seconds when every cell given is a number, an empty cell aside (NaN, refused below): asking every cell
     # to be one sent a column with an empty cell and an epoch past 64 bits (pandas then types it as objects) to
     # ISO-8601, whose refusal blamed its first, valid, time (audit a9)
-    if _only_numbers(raw, numeric) or pd.api.types.is_numeric_dtype(raw):
+    if pd.api.types.is_numeric_dtype(raw) or _only_numbers(raw, numeric):
         index = _epoch_seconds(raw, numeric, path, column)
     else:
         try:
@@ -231,7 +231,7 @@ def _only_numbers(raw: pd.Series, numeric: pd.Series) -> bool:
     the empty cell where the epoch past 2100 was the mistake (review s40). Cells neither NaN nor numbers are few in a
     column of epoch seconds: the first one that is not blank answers for a column of ISO-8601 times at once."""
     rest = raw[numeric.isna().to_numpy() & raw.notna().to_numpy()]
-    return rest.empty or (_blank(rest.iloc[0]) and all(map(_blank, rest)))
+    return all(map(_blank, rest))   # stops at the first cell not blank
 
 
 def _epoch_seconds(raw: pd.Series, numeric: pd.Series, path: str, column: str) -> pd.DatetimeIndex:
@@ -465,6 +465,20 @@ def _own_step_of(out: pd.Series, own: pd.Timedelta, what: str) -> None:
     out.attrs["own_step_what"] = what
 
 
+class TooFewSteps(InputError):
+    """`load_demand`'s refusal of a trace spanning, or observed in, under two steps. `own`: it was loaded at its own
+    step (no `step`, and `coarsen_to` not finer than its own), so loading it again without one refuses it alike;
+    `own_step_s`: its own step (a requests log's 1 min). Told apart from the loader's other refusals by
+    `balancer.app.scenarios.load_trace_shape`, which alone names a --step for these: sending every 'rows' or 'value'
+    refusal there read a trace refused for a bad value again (a 2M-row csv with `abc` on its last row: 2 loads)."""
+
+    def __init__(self, file: str, field: str, value: object, allowed: str, detail: str = "", *, own: bool,
+                 own_step_s: float) -> None:
+        super().__init__(file, field, value, allowed, detail)
+        self.own = own
+        self.own_step_s = own_step_s
+
+
 class OwnStepTooFine(InputError):
     """`own_step`'s refusal of a trace whose own step is under 1s, loaded without a step or `coarsen_to`: told apart
     from the trace's other refusals by `balancer.app.scenarios.load_trace_shape` when a trace refused at the
@@ -635,13 +649,15 @@ def load_demand(path: str | os.PathLike, fmt: str = "csv", step: str | None = No
         out = _load_servegen(path, td, _origin(origin, path), coarsen_to)
     else:
         out = _load_requests(path, td, coarsen_to)
+    own_s = float(out.attrs.get("own_step_s", 60.0))   # a requests log's own step: 1 min
+    at_own = {"own": step is None and (coarsen_to is None or own_s >= coarsen_to), "own_step_s": own_s}
     if len(out) < 2:
-        raise InputError(path, "rows", len(out), "a trace spanning at least two steps")
+        raise TooFewSteps(path, "rows", len(out), "a trace spanning at least two steps", **at_own)
     observed = int(out.notna().sum())
     if observed < 2:   # all empty: every model and score came out NaN under numpy's 'Mean of empty slice'
-        raise InputError(path, "value", f"{observed} observed steps", "a trace with demand observed (not empty) "
-                         "in at least two steps", detail="a requests log's first and last steps, partly covered, "
-                         "are not observed" if fmt == "requests" else "")
+        raise TooFewSteps(path, "value", f"{observed} observed steps", "a trace with demand observed (not empty) "
+                          "in at least two steps", detail="a requests log's first and last steps, partly covered, "
+                          "are not observed" if fmt == "requests" else "", **at_own)
     return out
 
 
