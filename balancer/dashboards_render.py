@@ -1,7 +1,7 @@
 """PNG previews of the Grafana dashboards, without Grafana.
 
 Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range query against a Prometheus
-(plain HTTP, `/api/v1/query_range`; the queries Grafana runs, `queries`: not those hidden, `hide: true`) and draws
+(plain HTTP, `/api/v1/query_range`; the queries Grafana runs, `queries`: not those hidden, `hide` true or 1) and draws
 the panels with matplotlib where Grafana would put them (`gridPos` on the 24-column grid; a collapsed row's panels
 too, where Grafana puts them when the row is opened; each row's title on a header band in its grid row, as Grafana
 shows it, `row_headers`), one PNG per dashboard:
@@ -200,8 +200,9 @@ class _Each:
 # A target without `expr` (a leftover {"refId": "A"}, a server-side expression) is one Grafana does not run (`queries`);
 # `"expr": null` is one without, as Grafana's filterQuery (`query.hide || !query.expr`) takes it. `hide` is read as
 # that filterQuery reads it, truthy: null and 0 shown, 1 hidden, as true (dashboards written by hand or by other tools
-# carry 0/1, as Grafana's own variables' `hide` is a number); any other value is refused, not guessed at.
-_HIDE = _Among((True, False, 0, 1, None), "true or false, 0 or 1, or null")
+# carry 0/1, as Grafana's own variables' `hide` is a number; 0.0/1.0 too, JSON numbers Grafana reads as 0 and 1, as a
+# tool writing floats saves them); any other value (2, 0.5, "true") is refused, not guessed at.
+_HIDE = _Among((True, False, 0, 1, 0.0, 1.0, None), "true or false, 0 or 1, or null")
 _TARGET = {"expr": (str, type(None)), "legendFormat": str, "hide": _HIDE}
 _PANEL = {
     "type": _Need(str), "title": str, "targets": [_TARGET],
@@ -310,13 +311,14 @@ def shows_data(panel: dict) -> bool:
 
 
 def queries(panel: dict) -> list[dict]:
-    """The queries of `panel` Grafana runs: its `targets` but those hidden (`hide: true`, the eye switched off in the
-    query editor) and those without an expression, empty or missing, which Grafana's Prometheus data source leaves out
-    (its filterQuery, `!query.expr`); the others' results are drawn. A panel whose every query is hidden is left with
-    none: a query panel so left, built-in or a plugin's, is drawn "No data" and counted under --require-data, as one
-    whose queries were lost is (`shows_data`): Grafana shows it blank, asking Prometheus nothing, and a dashboard whose
-    viewers see a blank panel is what --require-data is there to catch, however the panel came to ask nothing. (Unless
-    a server-side expression refers to a hidden one: Grafana runs it for the expression, `_Renderer.answer`.)"""
+    """The queries of `panel` Grafana runs: its `targets` but those hidden (`hide` true or 1, the eye switched off in
+    the query editor) and those without an expression, empty or missing, which Grafana's Prometheus data source
+    leaves out (its filterQuery, `!query.expr`); the others' results are drawn. A panel whose every query is hidden
+    is left with none: a query panel so left, built-in or a plugin's, is drawn "No data" and counted under
+    --require-data, as one whose queries were lost is (`shows_data`): Grafana shows it blank, asking Prometheus
+    nothing, and a dashboard whose viewers see a blank panel is what --require-data is there to catch, however the
+    panel came to ask nothing. (Unless a server-side expression refers to a hidden one: Grafana runs it for the
+    expression, `_Renderer.answer`.)"""
     return [t for t in panel.get("targets", []) if not t.get("hide") and t.get("expr")]
 
 

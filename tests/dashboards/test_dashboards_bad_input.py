@@ -62,8 +62,8 @@ def test_a_json_object_that_is_not_a_dashboard_is_refused_naming_file_field_valu
     pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": 2}]}]},
                  "panels[0].targets[0].hide", "2", "true or false, 0 or 1, or null",
                  id="a query hidden by a number other than 0 or 1"),
-    pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": 1.0}]}]},
-                 "panels[0].targets[0].hide", "1.0", "true or false, 0 or 1, or null",
+    pytest.param({"title": "t", "panels": [STAT | {"targets": [{"expr": "up", "hide": 0.5}]}]},
+                 "panels[0].targets[0].hide", "0.5", "true or false, 0 or 1, or null",
                  id="a query hidden by a fraction"),
     pytest.param({"title": "t", "panels": [STAT | {"fieldConfig": {"defaults": {"unit": ["watt"]}}}]},
                  "panels[0].fieldConfig.defaults.unit", "'(a list)'", "a string", id="a unit not a string"),
@@ -393,8 +393,20 @@ def test_a_query_hidden_by_1_is_hidden_and_one_by_0_shown(tmp_path, capsys):
     assert report.series == {"board": {"GPUs": len(GPUS)}}
 
 
+def test_a_query_hidden_by_1_0_is_hidden_and_one_by_0_0_shown(tmp_path, capsys):
+    """JSON's 1.0 and 0.0 are the numbers 1 and 0 to Grafana (a tool writing floats saves `"hide": 1.0`): 1.0 hides
+    the query as 1 does, 0.0 shows it as 0 does; both were refused, exit 2. A fraction (0.5) still is."""
+    from test_dashboards_render import GPUS
+
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp", "hide": 0.0},
+                                                             {"expr": "gpu:hidden_by_1_0", "hide": 1.0}]}])
+    report, queries = _rendered(tmp_path)
+    assert "gpu:temp" in queries and "gpu:hidden_by_1_0" not in queries
+    assert report.series == {"board": {"GPUs": len(GPUS)}}
+
+
 def test_a_query_with_hide_null_is_not_hidden(tmp_path, capsys):
-    """Grafana takes `"hide": null` for a query shown (only true hides it): it was refused, exit 2 (audit a7)."""
+    """Grafana takes `"hide": null` for a query shown (true or 1 hides it): it was refused, exit 2 (audit a7)."""
     from test_dashboards_render import GPUS
 
     _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp", "hide": None}]}])
