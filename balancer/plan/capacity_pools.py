@@ -56,8 +56,8 @@ class Pools:
         # the workers there first (an Indexed Job stops its highest indexes, wherever they run)
         self.stuck = {j.name: max(0, sum(j.gpus_by_model.values()) - sum(self.held[j.name].values()))
                       for j in view.jobs}
-        self.released: dict[str, int] = {}   # GPUs per model this pass's scale-downs free (`claim_pending`)
-        # ... by service (the loans), those not claimed yet, and per job the loans whose GPUs it grows into (`_grow`)
+        # GPUs per model this pass's scale-downs free, by service (the loans), those not claimed yet (`released`), and
+        # per job the loans whose GPUs it grows into (`_grow`)
         self.lent: dict[str, dict[str, int]] = {}
         self.lenders: dict[str, set[str]] = {}
 
@@ -107,16 +107,18 @@ class Pools:
         if gpus > 0:  # unplaced (warming or pending) replicas: credit an allowed model
             self._credit(min(service.profile.models or self.free or {"any": 0}), gpus, service.profile.name)
 
+    def released(self, model: str) -> int:
+        """The GPUs of `model` this pass's scale-downs free, not claimed yet (`claim_pending`, `_grow`)."""
+        return sum(self.lent.get(model, {}).values())
+
     def _credit(self, model: str, n: int, service: str) -> None:
         self.free[model] = self.free.get(model, 0) + n
-        self.released[model] = self.released.get(model, 0) + n
         lent = self.lent.setdefault(model, {})
         lent[service] = lent.get(service, 0) + n
 
     def _draw(self, model: str, n: int) -> set[str]:
-        """Take `n` of the GPUs of `model` this pass's scale-downs free (`released`); returns the services whose loans
-        free them."""
-        self.released[model] = self.released.get(model, 0) - n
+        """Take `n` (at most `released(model)`) of the GPUs of `model` this pass's scale-downs free; returns the
+        services whose loans free them."""
         lent, by = self.lent.get(model, {}), set()
         for s in sorted(lent):
             if n <= 0:
@@ -213,7 +215,7 @@ class Pools:
             if not take or grow_gain(j, sum(take.values()), hours) <= 0:
                 continue
             for m, k in take.items():   # the GPUs idle already first, then those a loan frees (`lenders`)
-                loaned = max(0, k * gpw - max(0, self.free[m] - self.released.get(m, 0)))
+                loaned = max(0, k * gpw - max(0, self.free[m] - self.released(m)))
                 self.lenders.setdefault(j.name, set()).update(self._draw(m, loaned) if loaned else ())
                 self.free[m] -= k * gpw
                 self.workers[j.name] += k
@@ -228,11 +230,11 @@ class Pools:
         as pending beside idle GPUs while the placements lag it.)"""
         for j in self.jobs.values():
             pending = (self.workers[j.name] - j.placed_workers) * max(j.gpus_per_worker, 1)
-            for m in sorted(self.released, key=lambda k: -self.released[k]):
+            for m in sorted(self.lent, key=lambda k: -self.released(k)):
                 if pending <= 0:
                     break
                 if _allowed(j.models, m):
-                    n = min(self.free[m], self.released[m], pending)
+                    n = min(self.free[m], self.released(m), pending)
                     self.free[m] -= n
                     self._draw(m, n)
                     pending -= n
