@@ -214,12 +214,12 @@ class PlannerState:
     # those of `refused_moves` the hand-over held back, the ledger unsaved ("Held-back moves"): kept off only until it
     # is saved (`ledger_saved`); a workload not among them was refused, kept off for the whole `refusedRetryS`
     held_moves: frozenset[str] = frozenset()
-    # service -> (the last change the capacity plan counted for its scale the hand-over held back, its last change and
-    # first sighting before that plan; None: none known), the ledger unsaved ("Held-back moves"): meanwhile its capacity
-    # memory has the change before the plan as its last change and the held scale's as its first sighting (`hold_back`:
-    # a loan waits, the latency net does not); its first sighting put back as before once the ledger is saved
-    # (`ledger_saved`), so the scale is planned again then, not after the service's hold
-    held_scales: Mapping[str, tuple[float, float | None, float | None]] = field(default_factory=lambda: _EMPTY)
+    # service -> (the last change the capacity plan counted for its scale the hand-over held back, its first sighting
+    # before that plan; None: none known), the ledger unsaved ("Held-back moves"): meanwhile its capacity memory has the
+    # change before the plan as its last change and the held scale's as its first sighting (`hold_back`: a loan waits,
+    # the latency net does not); its first sighting put back as before once the ledger is saved (`ledger_saved`), so the
+    # scale is planned again then, not after the service's hold
+    held_scales: Mapping[str, tuple[float, float | None]] = field(default_factory=lambda: _EMPTY)
     # service -> when the actuator failed scaling it for good ("Refused scales"): not scaled for a while
     refused_scales: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     # service -> what the actuator's caps of its scale say (`CapBelief`, "Capped scales"): no more asked for a while
@@ -339,34 +339,39 @@ def hold_back(state: PlannerState, actions: Iterable[Action], now: float, before
     if not held and not scales:
         return state
     return replace(state, refused_moves=MappingProxyType({**state.refused_moves, **held}),
-                   held_moves=state.held_moves | held.keys(), capacity=_holding(state.capacity, scales),
+                   held_moves=state.held_moves | held.keys(), capacity=_holding(state.capacity, scales, before),
                    held_scales=MappingProxyType({**state.held_scales, **scales}))
 
 
-def _holding(cap: object, scales: Mapping[str, tuple[float, float | None, float | None]]) -> object:
-    """`cap` with each service of `scales` (`held_scales`'s) held: its last change as before the plan (what the
-    latency net reads: nothing changed, a step waits for no scale never sent), the held scale's change its first
-    sighting (what a loan's hold counts from, the later of the two: none is planned again until `ledger_saved`)."""
+def _holding(cap: object, scales: Mapping[str, tuple[float, float | None]], before: object) -> object:
+    """`cap` with each service of `scales` (`held_scales`'s) held: its last change as in `before`, the state the plan
+    started from (what the latency net reads: nothing changed, a step waits for no scale never sent; none known where
+    `before` has no capacity memory), the held scale's change its first sighting (what a loan's hold counts from, the
+    later of the two: none is planned again until `ledger_saved`)."""
     if not scales or not isinstance(cap, CapacityState):
         return cap
     last = {s: t for s, t in cap.last_change.items() if s not in scales}
-    last.update({s: was for s, (_, was, _) in scales.items() if was is not None})
-    first = {**cap.first_seen, **{s: t for s, (t, _, _) in scales.items()}}
+    last.update({s: t for s, t in _capacity(before).last_change.items() if s in scales})
+    first = {**cap.first_seen, **{s: t for s, (t, _) in scales.items()}}
     return replace(cap, last_change=MappingProxyType(last), first_seen=MappingProxyType(first))
 
 
-def _held_scales(state: PlannerState, before: object, actions: list[Action]
-                 ) -> dict[str, tuple[float, float | None, float | None]]:
+def _held_scales(state: PlannerState, before: object, actions: list[Action]) -> dict[str, tuple[float, float | None]]:
     """`held_scales` for the `ScaleInference`s among `actions` whose change the capacity plan in `state` counted: the
-    change it counted, and the service's last change and first sighting in `before` (a wrapping planner's own state,
-    or none: none known)."""
+    change it counted, and the service's first sighting in `before` (a wrapping planner's own state, or none: none
+    known)."""
     cap = getattr(state, "capacity", None)
     if not isinstance(cap, CapacityState):
         return {}
-    was = getattr(before, "capacity", None)
-    was = was if isinstance(was, CapacityState) else CapacityState()
-    return {a.service: (cap.last_change[a.service], was.last_change.get(a.service), was.first_seen.get(a.service))
+    was = _capacity(before)
+    return {a.service: (cap.last_change[a.service], was.first_seen.get(a.service))
             for a in actions if isinstance(a, ScaleInference) and a.service in cap.last_change}
+
+
+def _capacity(state: object) -> CapacityState:
+    """`state`'s capacity memory (`before`, the state a plan started from); an empty one where it has none."""
+    was = getattr(state, "capacity", None)
+    return was if isinstance(was, CapacityState) else CapacityState()
 
 
 def ledger_saved(state: object) -> object:
@@ -391,7 +396,7 @@ def _unheld(state: PlannerState) -> object:
     if not marked:
         return cap
     first = {s: t for s, t in cap.first_seen.items() if s not in marked}
-    first.update({s: seen if seen is not None else t for s, (t, _, seen) in marked.items() if s not in cap.last_change})
+    first.update({s: seen if seen is not None else t for s, (t, seen) in marked.items() if s not in cap.last_change})
     return replace(cap, first_seen=MappingProxyType(first))
 
 
