@@ -132,6 +132,7 @@ class LeaseLeaderElector:
         self._state: str | None = None                   # our safety ledger, written to LEDGER_ANNOTATION
         self._inherited: str | None = None               # the ledger found on the Lease when we took it
         self._persisted: str | None = None               # the ledger on the Lease as of our last write to it
+        self._released: str | None = None                # the ledger on the Lease as our `release()` left it
         # why the last try's read or write of the Lease failed (the API unreachable, 5xx, 403, or a 409: another
         # replica wrote first; or the try raised: `_try_acquire_or_renew`); None after a try whose calls all answered.
         # The one record of it: `save_state`'s reason (`_ledger_reason`) and `unreachable()` (a standby told from a
@@ -504,7 +505,11 @@ class LeaseLeaderElector:
         got us as holder and a new term, our ledger dropped for the one found (`_state` None), while the save
         raised `not_leader` and said its ledger kept. A try that raises other than `ActuationError` raises
         `LedgerNotSaved` (`error`) from it: a ValueError out of a reply was counted `invalid`, a ledger that cannot
-        be cut to fit. After SIGTERM (`stop_when`) its write again after a 409 is still made, once (`_ends_try`)."""
+        be cut to fit. After SIGTERM (`stop_when`) its write again after a 409 is still made, once (`_ends_try`).
+        After `release()` no try (a save takes no Lease back): a ledger that release wrote onto the Lease (`_released`,
+        the text of a save that failed before it: `run --once`'s exit save answered 409 twice after SIGTERM) is
+        saved, and `run --once` says so (it exited 4 saying its successor inherits an older ledger); else
+        `not_leader`."""
         text, dropped = fit(text, MAX_LEDGER_BYTES)
         if dropped:
             log.warning("safety ledger over the Lease annotation's %d bytes: %d oldest entries (cooldowns first, "
@@ -512,7 +517,10 @@ class LeaseLeaderElector:
         with self._lock:
             self._state, failure = text, None
             stale = self._persisted != text or self.last_failure is not None
-            if stale if self.is_leader else not self._background:   # not leading, no renewer: the save tries
+            released = self._halt.is_set() and not self.is_leader   # no try: a save takes no Lease back
+            if released and self._released == text:   # our release wrote it: whoever takes the Lease inherits it
+                return dropped
+            if not released and (stale if self.is_leader else not self._background):   # no renewer: the save tries
                 failure = self._save_try()   # this try's (an earlier try's, the renewer's, is not why)
             if self._persisted != text or failure is not None or not self.is_leader:
                 reason = "not_leader" if failure is None else _ledger_reason(failure)
@@ -551,7 +559,7 @@ class LeaseLeaderElector:
             return self.is_leader
         spec = written.get("spec") or {}
         self._persisted = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
-        self._observed = _record(spec)
+        self._observed, self._released = _record(spec), None
         self._observed_at = self._renewed_at = tick
         return True
 
@@ -573,7 +581,8 @@ class LeaseLeaderElector:
                 self._renewed_at = None
                 return False
             body = self._body(lease, self._spec(now, now, int(spec.get("leaseTransitions") or 0), "", 1))
-            self.api(what, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+            written = self.api(what, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
+            self._released = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
         except ActuationError as err:
             log.warning("%s: release failed: %s", what, err)
             return False

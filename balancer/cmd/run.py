@@ -548,7 +548,10 @@ def lease_expires(elector, stopping: Callable[[], bool], pause: Callable[[float]
 def one_cycle(reconciler: Reconciler, stop: threading.Event) -> int:
     """`--once`: one cycle, the Lease let go after it, what it did printed. A standby because its Lease could not be
     read or written (`lease_out_of_reach`) says so and exits as a cycle held still does, not as a standby (exit 0).
-    A standby behind another replica's Lease waits for it until `stop` (`lease_expires`)."""
+    A standby behind another replica's Lease waits for it until `stop` (`lease_expires`). The ledger a save could not
+    put on the Lease but the release did (its write carries our ledger) is saved: the hand-over asks again, the
+    elector answers from that release with no call (`LeaseLeaderElector.save_state`), the other stores (a
+    --ledger-file) tried again; before, such a run exited 4 saying the next run inherits an older ledger."""
     try:
         report = reconciler.run_once(stop)
         if report.status == "standby" and lease_expires(reconciler.elector, stop.is_set, stop.wait):
@@ -556,7 +559,9 @@ def one_cycle(reconciler: Reconciler, stop: threading.Event) -> int:
         # no next cycle to save it: a held budget, a reservation not replaced, this cycle's cooldowns
         saved = reconciler.handover.saved_before_exit(reconciler.ledger)
     finally:   # let the Lease go: the next replica (or --once run) takes it at once, not a lease duration later
-        reconciler.elector.release()
+        released = reconciler.elector.release()
+    if not saved and released:   # it wrote our ledger over the Lease, which the save could not (a 409 after SIGTERM)
+        saved = reconciler.handover.saved_before_exit(reconciler.ledger)   # the Lease's part: no call, said saved
     cut_off = lease_out_of_reach(reconciler.elector, "run", "nothing done") if report.status == "standby" else None
     if cut_off is not None:
         print(cut_off, file=sys.stderr)
