@@ -267,7 +267,9 @@ class LeaseLeaderElector:
             self._renewed_at = None
             return False
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
-            self._state = None
+            # and a lead we held is over: the Lease read is not ours (its holder cleared, or another's run out), so
+            # a takeover write that fails (409, then a re-read that fails; a 503) must not leave it running
+            self._state, self._renewed_at = None, None
         won, lease = self._take(what, (now, tick), lease, ours, lambda left: self._ends_try(save, left))
         if won and taking_over:
             self.terms += 1
