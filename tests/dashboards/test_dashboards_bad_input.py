@@ -380,28 +380,18 @@ def test_a_query_without_its_expression_is_not_run_nor_refused(tmp_path, capsys,
     assert report.empty_panels == {"board": []} and report.series == {"board": {"GPUs": len(GPUS)}}
 
 
-def test_a_query_hidden_by_1_is_hidden_and_one_by_0_shown(tmp_path, capsys):
+@pytest.mark.parametrize(("shown", "hidden"), [(0, 1), (0.0, 1.0)], ids=["0 and 1", "0.0 and 1.0"])
+def test_a_query_hidden_by_1_is_hidden_and_one_by_0_shown(tmp_path, capsys, shown, hidden):
     """Grafana's Prometheus data source leaves out a query whose `hide` is truthy (its filterQuery,
     `query.hide || !query.expr`): dashboards carry 0/1 for it as well as false/true, and `"hide": 0` was refused,
-    exit 2. 1 hides the query as true does, 0 shows it as false does."""
+    exit 2. 1 hides the query as true does, 0 shows it as false does. JSON's 1.0 and 0.0 are the numbers 1 and 0 to
+    Grafana (a tool writing floats saves `"hide": 1.0`): both were refused too. A fraction (0.5) still is."""
     from test_dashboards_render import GPUS
 
-    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp", "hide": 0},
-                                                             {"expr": "gpu:hidden_by_1", "hide": 1}]}])
+    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp", "hide": shown},
+                                                             {"expr": "gpu:hidden", "hide": hidden}]}])
     report, queries = _rendered(tmp_path)
-    assert "gpu:temp" in queries and "gpu:hidden_by_1" not in queries
-    assert report.series == {"board": {"GPUs": len(GPUS)}}
-
-
-def test_a_query_hidden_by_1_0_is_hidden_and_one_by_0_0_shown(tmp_path, capsys):
-    """JSON's 1.0 and 0.0 are the numbers 1 and 0 to Grafana (a tool writing floats saves `"hide": 1.0`): 1.0 hides
-    the query as 1 does, 0.0 shows it as 0 does; both were refused, exit 2. A fraction (0.5) still is."""
-    from test_dashboards_render import GPUS
-
-    _render_with_data(tmp_path, capsys, [STAT | {"targets": [{"expr": "gpu:temp", "hide": 0.0},
-                                                             {"expr": "gpu:hidden_by_1_0", "hide": 1.0}]}])
-    report, queries = _rendered(tmp_path)
-    assert "gpu:temp" in queries and "gpu:hidden_by_1_0" not in queries
+    assert "gpu:temp" in queries and "gpu:hidden" not in queries
     assert report.series == {"board": {"GPUs": len(GPUS)}}
 
 
