@@ -137,7 +137,7 @@ class Holds:
             log.warning("scheduler %s: preemption for %s failed: %s", self.scheduler_name, req["name"], err)
             return f" preemption failed: {err}."
         gone = {v.key for v in choice.victims} - set(done.left)
-        self._off(bound, choice.node, gone, [*done.gone, *done.went])
+        self._off(bound, choice.node, gone, done.freed)
         self._hold(req, index[choice.node], view, offers, done.entry)
         self._clear_lower(req, index[choice.node], view, offers)
         self.preempted += [(v, choice.node) for v in done.evicted]   # not those gone or terminating: no eviction
@@ -275,7 +275,7 @@ class Holds:
             return self._room_taken(req, i, view, offers, left, refusal)
         stuck = stuck_victims(self.preemptor, req, node, entry, running, refusal, self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck, going)
-        self._off(bound, node, done.done, [*done.gone, *done.went])
+        self._off(bound, node, done.done, done.freed)
         if done.give_back and not self.preemptor.halted():   # a victim that does not answer: no hold for ever
             self.preempted += [(v, node) for v in done.evicted]   # found gone after an earlier unanswered eviction
             log.info("scheduler %s: %s: %s: the node given back", self.scheduler_name, key, done.error)

@@ -279,6 +279,11 @@ class Evictions:
         """The victims whose room is made: evicted, terminating already, or gone already."""
         return [*self.evicted, *self.terminating, *self.gone]
 
+    @property
+    def freed(self) -> list[str]:
+        """The victims gone already, found so (`gone`) or gone after their eviction (`went`): their room is free."""
+        return [*self.gone, *self.went]
+
 
 def holds_of(scheduler: str, node: Json, waiting: Collection[str]) -> list[str]:
     """The keys of the holds `scheduler` made on `node` (preemption, starvation: `HOLDER`) for pods no longer in
