@@ -273,7 +273,7 @@ class LeaseLeaderElector:
         won, lease = self._take(what, (now, tick), lease, ours, lambda left: self._ends_try(save, left))
         if won and taking_over:
             self.terms += 1
-            self._inherited = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
+            self._inherited = _ledger_on(lease)
         return won
 
     def _take(self, what: str, sent: tuple[float, float], lease: Json, ours: Callable[[float], Json],
@@ -340,13 +340,12 @@ class LeaseLeaderElector:
     def _ends_try(self, save: bool, retries: int) -> bool:
         """Whether a try (a takeover, a renewal, or `save`: `save_state`'s, always of a Lease we hold) with `retries`
         writes again left ends at its 409 (`_take`). `release()` ends every try there: it reads the Lease and
-        writes it next. SIGTERM (`_cut_short`) ends a takeover's (no point taking a Lease we are about to give up)
+        writes it next. SIGTERM (`_stopping`) ends a takeover's (no point taking a Lease we are about to give up)
         and a renewal's (the lead kept: the save or release that follows reads the Lease afresh), but a save
         writes again `STOPPED_SAVE_RETRIES` more times after it: the exit's ledger save is what hands over what
         this replica spent, and one 409 for a label edited failed it (the successor inherited an older ledger)."""
-        if self._halt.is_set():
-            return True
-        return self._cut_short() and not (save and TAKEOVER_CONFLICT_RETRIES - retries < STOPPED_SAVE_RETRIES)
+        return self._halt.is_set() or (
+            self._stopping() and not (save and TAKEOVER_CONFLICT_RETRIES - retries < STOPPED_SAVE_RETRIES))
 
     def await_lease(self, pause: Callable[[float], object] | None = None) -> bool:
         """A `--once` contender whose try found the Lease another identity's: keep trying, a pause (`pause`, e.g.
@@ -473,7 +472,7 @@ class LeaseLeaderElector:
 
     def _annotations(self, lease: Json) -> dict[str, str]:
         """The Lease's annotations, with our safety ledger when we have one (a replace must carry them all)."""
-        out = dict((lease.get("metadata") or {}).get("annotations") or {})
+        out = dict(_annotations_on(lease))
         if self._state is not None:
             out[LEDGER_ANNOTATION] = self._state
         return out
@@ -560,7 +559,7 @@ class LeaseLeaderElector:
                 return False
             return self.is_leader
         spec = written.get("spec") or {}
-        self._persisted = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
+        self._persisted = _ledger_on(written)
         self._observed, self._released = _record(spec), None
         self._observed_at = self._renewed_at = tick
         return True
@@ -584,13 +583,23 @@ class LeaseLeaderElector:
                 return False
             body = self._body(lease, self._spec(now, now, int(spec.get("leaseTransitions") or 0), "", 1))
             written = self.api(what, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
-            self._released = ((written.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
+            self._released = _ledger_on(written)
         except ActuationError as err:
             log.warning("%s: release failed: %s", what, err)
             return False
         finally:
             self._renewed_at = None
         return True
+
+
+def _annotations_on(lease: Json) -> dict[str, str]:
+    """`lease`'s annotations as read or written ({} when it has none, or no metadata)."""
+    return (lease.get("metadata") or {}).get("annotations") or {}
+
+
+def _ledger_on(lease: Json) -> str | None:
+    """The safety ledger `lease` carries (`LEDGER_ANNOTATION`), None when it carries none."""
+    return _annotations_on(lease).get(LEDGER_ANNOTATION)
 
 
 def _ledger_reason(err: ActuationError) -> str:

@@ -26,16 +26,17 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, disable_created_metrics, make_wsgi_app
 
+from balancer.actuate.k8s_leader import STOPPED_SAVE_RETRIES, TAKEOVER_CONFLICT_RETRIES
 from exporters.server import RunningServer, serve_app
 
 # ---- how long one action may take ------------------------------------------------------------------------------
 
 # The safety ledger onto the Lease: a renewal in flight, then ours, each a read and a write and, after a 409 for an
-# edit of the Lease's metadata alone, up to 3 re-reads and writes again (k8s_leader.TAKEOVER_CONFLICT_RETRIES).
-LEASE_CALLS_AFTER_ACTING = 16
+# edit of the Lease's metadata alone, up to TAKEOVER_CONFLICT_RETRIES re-reads and writes again (16 calls).
+LEASE_CALLS_AFTER_ACTING = 2 * 2 * (1 + TAKEOVER_CONFLICT_RETRIES)
 # After SIGTERM: the renewal in flight ends at its 409 (a read and a write); the exit's ledger save writes again
-# once more after one (k8s_leader.STOPPED_SAVE_RETRIES): 2 + 2 x 2.
-LEASE_CALLS_AFTER_STOP = 6
+# STOPPED_SAVE_RETRIES more times after one (6 calls).
+LEASE_CALLS_AFTER_STOP = 2 + 2 * (1 + STOPPED_SAVE_RETRIES)
 LEASE_CALLS_TO_RELEASE = 4     # a renewal in flight again, then the write that clears the holder on the way out
 
 
