@@ -346,11 +346,11 @@ class Reconciler:
             # its target node alone is kept off the full nodes only (`_guard_refusals`); one the hand-over held back
             # (the guard accepted it) only until the ledger is saved (`HeldForLedger`)
             held = [a for a, exc in review.rejected if isinstance(exc, HeldForLedger)]
-            whole, kept_off = _guard_refusals([(a, exc) for a, exc in review.rejected
-                                               if not isinstance(exc, HeldForLedger)])
+            kept = [(a, exc) for a, exc in review.rejected if not isinstance(exc, HeldForLedger)]   # the guard's
+            whole, kept_off = _guard_refusals(kept)
             self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, guard=True)
             self.state = planner_mod.hold_back(self.state, held, now, before)   # a scale held back too (`_unsent`)
-            refused = [a for a, exc in review.rejected if not isinstance(exc, (EmergencyStop, HeldForLedger))]
+            refused = [a for a, exc in kept if not isinstance(exc, EmergencyStop)]
             if all(_on_loans(a, set()) for a in review.accepted):   # none, or growths alone into loans not accepted:
                 self._act(list(review.accepted), snap, rejected, now, done)   # each rejected, no fresh snapshot read
             else:

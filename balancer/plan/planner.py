@@ -347,8 +347,9 @@ def _holding(cap: object, scales: Mapping[str, tuple[float, float | None]], befo
     """`cap` with each service of `scales` (`held_scales`'s) held: its last change as in `before`, the state the plan
     started from (what the latency net reads: nothing changed, a step waits for no scale never sent; none known where
     `before` has no capacity memory), the held scale's change its first sighting (what a loan's hold counts from, the
-    later of the two: none is planned again until `ledger_saved`)."""
-    if not scales or not isinstance(cap, CapacityState):
+    later of the two: none is planned again until `ledger_saved`). `cap` is a `CapacityState` whenever `scales` is
+    non-empty: `_held_scales` finds none without one."""
+    if not scales:
         return cap
     last = {s: t for s, t in cap.last_change.items() if s not in scales}
     last.update({s: t for s, t in _capacity(before).last_change.items() if s in scales})
@@ -360,10 +361,7 @@ def _held_scales(state: PlannerState, before: object, actions: list[Action]) -> 
     """`held_scales` for the `ScaleInference`s among `actions` whose change the capacity plan in `state` counted: the
     change it counted, and the service's first sighting in `before` (a wrapping planner's own state, or none: none
     known)."""
-    cap = getattr(state, "capacity", None)
-    if not isinstance(cap, CapacityState):
-        return {}
-    was = _capacity(before)
+    cap, was = _capacity(state), _capacity(before)   # no capacity memory: an empty one, with no change counted
     return {a.service: (cap.last_change[a.service], was.first_seen.get(a.service))
             for a in actions if isinstance(a, ScaleInference) and a.service in cap.last_change}
 
