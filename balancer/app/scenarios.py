@@ -187,17 +187,14 @@ def _refuse_too_few_steps(path: str, fmt: str, step_s: float, exc: TooFewSteps) 
     (`_refuse_naming_a_coarser_step`); else, like one refused at its own step for another reason, with that refusal,
     as before it was loaded at `step_s`. An error's path only: a trace that plays is parsed once. `exc` loaded at
     its own step (`exc.own`: --step not finer than it) is its refusal at its own step: not read again for it."""
-    from balancer.forecast.traces import OwnStepTooFine, TooFewSteps, load_demand
+    from balancer.forecast.traces import OwnStepTooFine, TooFewSteps
 
-    try:
-        if exc.own:
-            raise exc
-        fine = load_demand(path, fmt)
-    except InputError as own:   # its own step under 1s, or too many steps at it: tried at 1s
+    fine, own = (None, exc) if exc.own else _at_own_step(path, fmt)
+    if own is not None:   # its own step under 1s, or too many steps at it: tried at 1s
         if isinstance(own, TooFewSteps) and own.field == "value":   # under two observed at its own step too
             _refuse_naming_a_coarser_step(path, fmt, step_s, own)
         if not (isinstance(own, OwnStepTooFine) or own.field == "step"):
-            raise
+            raise own
         fine = _loaded_or_none(path, fmt, "1")
     if fine is not None:
         raise _too_few_steps(path, fmt, step_s, fine) from exc
@@ -250,6 +247,16 @@ def _plays_at(fine: Any, fmt: str, steps: np.ndarray) -> np.ndarray:
     first, last = (int(t.timestamp()) for t in (fine.index[0], fine.index[-1]))
     starts_it = (first % steps == 0) & bool(np.isfinite(fine.iloc[0]))
     return last // steps - first // steps - np.where(starts_it, 0, 1) >= 2
+
+
+def _at_own_step(path: str, fmt: str) -> tuple[Any, InputError | None]:
+    """The trace loaded at its own step, else the loader's refusal of it (then None for the trace)."""
+    from balancer.forecast.traces import load_demand
+
+    try:
+        return load_demand(path, fmt), None
+    except InputError as refusal:
+        return None, refusal
 
 
 def _loaded_or_none(path: str, fmt: str, step: str) -> Any:

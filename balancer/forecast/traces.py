@@ -449,9 +449,15 @@ def _load_csv(path: str, step: pd.Timedelta | None, coarsen_to: float | None = N
         if step is None:
             raise InputError(path, "timestamp", "one distinct time", "at least two distinct timestamps")
         return _regular(series, step, "mean", path)
-    what = "the median gap between its times"
-    own = own_step(Decimal(repr(float(np.median(diffs)))) / 1_000_000_000, step, path, "timestamp", what,
-                   coarsen_to)
+    return _at_load_step(series, Decimal(repr(float(np.median(diffs)))) / 1_000_000_000, step, path, "timestamp",
+                         "the median gap between its times", coarsen_to)
+
+
+def _at_load_step(series: pd.Series, seconds: Decimal, step: pd.Timedelta | None, path: str, field: str, what: str,
+                  coarsen_to: float | None) -> pd.Series:
+    """`series`, a csv or ServeGen trace whose own step is `seconds` (`field`, `what`: as `own_step` names them),
+    resampled at the step it loads at (`_load_step`) and keeping its own (`_own_step_of`): one path for both."""
+    own = own_step(seconds, step, path, field, what, coarsen_to)
     out = _regular(series, _load_step(own, step, coarsen_to, path), "mean", path, coarsen_to)
     _own_step_of(out, own, what)
     return out
@@ -544,10 +550,8 @@ def _load_servegen(path: str, step: pd.Timedelta | None, origin: pd.Timestamp,
                          "the clients' span", detail=str(exc)) from exc
     index = origin + pd.to_timedelta(first + native * np.arange(len(total)), unit="s")
     series = pd.Series(total, index=index)
-    own = own_step(Decimal(repr(float(native))), step, path, "window_start_s", "the clients' window", coarsen_to)
-    out = _regular(series, _load_step(own, step, coarsen_to, path), "mean", path, coarsen_to)
-    _own_step_of(out, own, "the clients' window")
-    return out
+    return _at_load_step(series, Decimal(repr(float(native))), step, path, "window_start_s", "the clients' window",
+                         coarsen_to)
 
 
 def _load_requests(path: str, step: pd.Timedelta | None, coarsen_to: float | None = None) -> pd.Series:
