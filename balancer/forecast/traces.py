@@ -638,7 +638,9 @@ def load_demand(path: str | os.PathLike, fmt: str = "csv", step: str | None = No
 
     `coarsen_to` (seconds; not with `step`): the trace at its own step, or at `coarsen_to` where its own is finer (or
     under 1s), averaged (a requests log counted) as at that `step`: a simulator playing the trace at its step reads
-    it once. Loading it at its own step and again at the coarser one parsed a 5M-row log twice (about 10 s)."""
+    it once. Loading it at its own step and again at the coarser one parsed a 5M-row log twice (about 10 s). With
+    `coarsen_to`, a csv or ServeGen trace observed only as 0 is refused as having no positive demand before it is
+    refused as under two steps: the simulator plays it at no step (a requests log's rows are each a request)."""
     path = str(path)
     if step is not None and coarsen_to is not None:
         raise TypeError("load_demand: step or coarsen_to, not both")
@@ -653,6 +655,11 @@ def load_demand(path: str | os.PathLike, fmt: str = "csv", step: str | None = No
         out = _load_servegen(path, td, _origin(origin, path), coarsen_to)
     else:
         out = _load_requests(path, td, coarsen_to)
+    if coarsen_to is not None and fmt != "requests" and out.notna().any() and not (out > 0).any():
+        # a simulator's trace (values 0 or empty) plays at no step: refused as too few steps here, it was told a
+        # --step that plays it, and at that --step refused as this (`balancer.app.scenarios.load_trace_shape`)
+        raise InputError(path, "value", "no positive demand", "a trace with positive demand values",
+                         detail="every observed value is 0")
     own_s = float(out.attrs.get("own_step_s", 60.0))   # a requests log's own step: 1 min
     at_own = {"own": step is None and (coarsen_to is None or own_s >= coarsen_to), "own_step_s": own_s}
     if len(out) < 2:
