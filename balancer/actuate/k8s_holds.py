@@ -88,6 +88,7 @@ class Holds:
         self.preemptor = Preemptor(api, scheduler_name, reservation_annotation, clock, halted=halted)
         # a victim whose unanswered eviction is found landed as its hold is released (a binding there, too) counts
         self.preemptor.on_landed = lambda victim, node: self.preempted.append((victim, node))
+        self.preemptor.on_gone = self._gone   # a victim an eviction finds gone: its room free for the pass (`_freed`)
         self.preemption, self.starving_s = preemption, starving_s
         self.preempted: list[tuple[str, str]] = []
         self.starving: list[tuple[str, str]] = []
@@ -96,7 +97,7 @@ class Holds:
         self._bound: Callable[[], Iterable[Usage]] = tuple
         self._by_node: dict[str, list[Usage]] | None = None
         self._evicted: dict[str, list[Usage]] = {}   # node -> the pods evicted from it in this pass (`_leaving`)
-        self._freed: dict[str, list[Usage]] = {}   # node -> its pods an eviction found gone in this pass (`_leaving`)
+        self._freed: dict[str, list[Usage]] = {}   # node -> its pods an eviction found gone in this pass (`_gone`)
 
     def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
         """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere."""
@@ -136,8 +137,7 @@ class Holds:
         except ActuationError as err:
             log.warning("scheduler %s: preemption for %s failed: %s", self.scheduler_name, req["name"], err)
             return f" preemption failed: {err}."
-        gone = {v.key for v in choice.victims} - set(done.left)
-        self._off(bound, choice.node, gone, done.freed)
+        self._off(bound, choice.node, {v.key for v in choice.victims} - set(done.left))
         self._hold(req, index[choice.node], view, offers, done.entry)
         self._clear_lower(req, index[choice.node], view, offers)
         self.preempted += [(v, choice.node) for v in done.evicted]   # not those gone or terminating: no eviction
@@ -275,7 +275,7 @@ class Holds:
             return self._room_taken(req, i, view, offers, left, refusal)
         stuck = stuck_victims(self.preemptor, req, node, entry, running, refusal, self._lapsing)
         done = self.preemptor.resume(req, node, entry, running, stuck, going)
-        self._off(bound, node, done.done, done.freed)
+        self._off(bound, node, done.done)
         if done.give_back and not self.preemptor.halted():   # a victim that does not answer: no hold for ever
             self.preempted += [(v, node) for v in done.evicted]   # found gone after an earlier unanswered eviction
             log.info("scheduler %s: %s: %s: the node given back", self.scheduler_name, key, done.error)
@@ -583,16 +583,30 @@ class Holds:
             for key in gone:
                 self.preemptor.release(name, key)
 
-    def _off(self, bound: dict[str, list[Usage]], node: str, evicted: Collection[str], gone: Collection[str]) -> None:
+    def _off(self, bound: dict[str, list[Usage]], node: str, evicted: Collection[str]) -> None:
         """The pods `evicted` from `node` for a preemption are no one else's victims for the rest of the pass: off
-        `bound`, kept apart as leaving the node (`_leaving`); those of them its eviction found `gone` already (404,
-        or gone after an earlier unanswered eviction: `Evictions.gone`, `went`) apart again, as freed."""
-        kept, leaving, freed = [], [], []
+        `bound`, kept apart as leaving the node (`_leaving`), but for those its evictions found gone already, which
+        are freed (`_gone`) rather than leaving."""
+        freed = {u.key for u in self._freed.get(node, ())}
+        kept, leaving = [], []
         for u in bound.get(node, ()):
-            (kept if u.key not in evicted else freed if u.key in gone else leaving).append(u)
+            (kept if u.key not in evicted else leaving).append(u)
         bound[node] = kept
-        self._evicted.setdefault(node, []).extend(leaving)
-        self._freed.setdefault(node, []).extend(freed)
+        self._evicted.setdefault(node, []).extend(u for u in leaving if u.key not in freed)
+
+    def _gone(self, victim: str, node: str) -> None:
+        """`victim`, bound on `node` as the pass listed it, found gone by an eviction (404, or gone after an earlier
+        unanswered eviction: `Evictions.gone`, `went`; `Preemptor.on_gone`): its room is free for the rest of the pass
+        (`_freed`, counted by every hold there, `_leaving`), as the eviction finds it, whatever the evictions after it
+        do. Counted only once the preemption's evictions had made something (`_off`), it was not where a later
+        eviction was refused and the preemption gave the node back: its room was counted as taken for the rest of the
+        pass, and another hold there, resumed after it and needing that room, was given back as though others took
+        the room. Such a victim stays among the bound pods (`_off` takes it off only where the preemption holds the
+        node, its room then the preemptor's): a pod preempting later in the pass may count its room as a victim's, its
+        eviction finding it gone."""
+        if self._by_node is None or any(u.key == victim for u in self._freed.get(node, ())):
+            return
+        self._freed.setdefault(node, []).extend(u for u in self._by_node.get(node, ()) if u.key == victim)
 
     @staticmethod
     def _judged(on_node: Iterable[Usage], entry: Json, now: float,
@@ -637,17 +651,20 @@ class Holds:
         within its grace) is only waited for (`AWAITED`), and judged by that stale reading (not terminating) its room
         was not coming: another hold on the node resumed later in the pass was given back as though others took the room
         it frees. One found gone by an eviction in the pass (`_freed`: 404, or gone after an earlier unanswered
-        eviction) is named by no hold (nothing to wait for), yet the pass's view of the node still counts its room as
-        taken: it is counted whatever names it, its room free. Counted only where named, it was not, and such a hold
-        was given back in the same pass as though others took the room."""
+        eviction, `_gone`) is named by no hold (nothing to wait for), yet the pass's view of the node still counts its
+        room as taken: it is counted whatever names it, its room free, and once (one still among the bound pods, its
+        preemption given back, is not counted again as a hold's victim there). Counted only where named, it was not,
+        and such a hold was given back in the same pass as though others took the room."""
         named, sure = set(), set()   # named by a hold; named by one that does not only wait for it
         for e in node["reservations"].values():
             victims, waited = {k for f in (LEFT, EVICTED) for k in e.get(f) or ()}, set(awaited_of(e))
             named |= victims
             sure |= victims - waited
+        freed = self._freed.get(node["name"], [])
+        gone = {u.key for u in freed}
         return [*(u for u in self._bound_by_node().get(node["name"], ())
-                  if u.key in sure or u.key in named and u.key in going),
-                *(u for u in self._evicted.get(node["name"], ()) if u.key in named), *self._freed.get(node["name"], ())]
+                  if u.key not in gone and (u.key in sure or u.key in named and u.key in going)),
+                *(u for u in self._evicted.get(node["name"], ()) if u.key in named), *freed]
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a

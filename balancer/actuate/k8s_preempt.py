@@ -279,11 +279,6 @@ class Evictions:
         """The victims whose room is made: evicted, terminating already, or gone already."""
         return [*self.evicted, *self.terminating, *self.gone]
 
-    @property
-    def freed(self) -> list[str]:
-        """The victims gone already, found so (`gone`) or gone after their eviction (`went`): their room is free."""
-        return [*self.gone, *self.went]
-
 
 def holds_of(scheduler: str, node: Json, waiting: Collection[str]) -> list[str]:
     """The keys of the holds `scheduler` made on `node` (preemption, starvation: `HOLDER`) for pods no longer in
@@ -645,6 +640,10 @@ class Preemptor:
         self._doubts = Doubts()
         # told of each (victim, node) whose unanswered eviction a read at `release` finds landed (`k8s_holds` counts it)
         self.on_landed: Callable[[str, str], None] = lambda victim, node: None
+        # told of each (victim, node) an eviction finds gone already (`_evict`: 404, `Evictions.gone`, `went`) as it
+        # finds it, whatever the evictions after it do: its room is free (`k8s_holds` counts it for the rest of the
+        # pass), even where a later one fails and the preemption gives the node back (`preempt` then raises)
+        self.on_gone: Callable[[str, str], None] = lambda victim, node: None
         # whether the cluster marks the pods the Eviction API deletes (`DisruptionTarget`, `BY_EVICTION_API`): learned
         # once a pod read carries it (`_not_evicted`), or set by the caller; a victim in doubt found terminating
         # without any mark is then not counted (module docstring)
@@ -1027,6 +1026,7 @@ class Preemptor:
                     done.went.append(victim)
                 else:
                     done.gone.append(victim)
+                self.on_gone(victim, node)
                 continue
             except ActuationError as err:   # a budget changed meanwhile, or the API failed
                 done.left, done.error = [v for v, _ in victims[n:]], err
