@@ -51,10 +51,11 @@ log = logging.getLogger(__name__)
 LEDGER_ANNOTATION = "gputide.io/safety-ledger"  # the holder's SafetyLedger (JSON), inherited by the next holder
 MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on all annotations of an object
 _WALL = time.time   # the real wall clock (as imported: a test that patches time.time later changes nothing here)
-# more writes (a takeover's or a renewal's) one try makes after a 409 that changed the Lease's metadata alone (`_take`)
+# more writes (a takeover's, a renewal's, a release's) one try makes after a 409 for a metadata-only edit (`_take`)
 TAKEOVER_CONFLICT_RETRIES = 3
-# of those, what a save of the Lease we hold still makes once SIGTERM came (`_ends_try`): one, so the exit's ledger
-# save and release keep within SIGTERM's budget to exit (balancer/app/health.py: its read and write, one more of each)
+# of those, what a save of the Lease we hold or its release still makes once SIGTERM came (`_stopped_short`): one, so
+# the exit's ledger save and release keep within SIGTERM's budget to exit (balancer/app/health.py: each a read and a
+# write, one more of each)
 STOPPED_SAVE_RETRIES = 1
 
 
@@ -279,12 +280,13 @@ class LeaseLeaderElector:
     def _take(self, what: str, sent: tuple[float, float], lease: Json, ours: Callable[[float], Json],
               ends: Callable[[int], bool]) -> tuple[bool, Json]:
         """Write `ours(now)` over `lease` as read (`_body`: its resourceVersion, labels and annotations); whether it was
-        written, and the Lease it was written over. A write (a takeover or a renewal) that gets a 409 reads the Lease
-        again (`_read_again`) and, its holder record (`_holder_record`) still the one judged (only metadata changed:
-        a label, an annotation, resourceVersion), writes again over what was read, at most `TAKEOVER_CONFLICT_RETRIES`
-        more times. Otherwise the 409 stays why (`last_failure`), and the lead (`_renewed_at`) is dropped only once
-        the Lease is known lost (`_read_again`: read again, its holder record changed, or deleted): a re-read that
-        failed (503), the retries run out or a try cut short (`ends(retries left)`: `_ends_try`) leave a held lead
+        written, and the Lease it was written over. A write (a takeover, a renewal, `_release`) that gets a 409 reads
+        the Lease again (`_read_again`) and, its holder record (`_holder_record`) still the one judged (only metadata
+        changed: a label, an annotation, resourceVersion), writes again over what was read, at most
+        `TAKEOVER_CONFLICT_RETRIES` more times. Otherwise the 409 stays why (`last_failure`), and the lead
+        (`_renewed_at`) is dropped only once the Lease is known lost (`_read_again`: read again, its holder record
+        changed, or deleted): a re-read that failed (503), the retries run out or a try cut short (`ends(retries
+        left)`: `_ends_try`, a release's `_stopped_short`) leave a held lead
         to run to its renew deadline, as after any failed renewal (the loop, asking `is_leader` meanwhile, must not
         see a lead lost and retaken; what follows reads the Lease afresh: the save, a renewal, `_release`, which
         writes only while the holder read is us). Dropped at every such 409, an annotation put on the leader's
@@ -344,8 +346,13 @@ class LeaseLeaderElector:
         and a renewal's (the lead kept: the save or release that follows reads the Lease afresh), but a save
         writes again `STOPPED_SAVE_RETRIES` more times after it: the exit's ledger save is what hands over what
         this replica spent, and one 409 for a label edited failed it (the successor inherited an older ledger)."""
-        return self._halt.is_set() or (
-            self._stopping() and not (save and TAKEOVER_CONFLICT_RETRIES - retries < STOPPED_SAVE_RETRIES))
+        return self._halt.is_set() or (self._stopped_short(retries) if save else self._stopping())
+
+    def _stopped_short(self, retries: int) -> bool:
+        """Whether a write of a Lease we hold on the way out (the exit's ledger save, `_release`) with `retries`
+        writes again left ends at its 409: once SIGTERM came (`_stopping`), after `STOPPED_SAVE_RETRIES` of them,
+        within SIGTERM's budget to exit (balancer/app/health.py)."""
+        return self._stopping() and TAKEOVER_CONFLICT_RETRIES - retries >= STOPPED_SAVE_RETRIES
 
     def await_lease(self, pause: Callable[[float], object] | None = None) -> bool:
         """A `--once` contender whose try found the Lease another identity's: keep trying, a pause (`pause`, e.g.
@@ -572,23 +579,31 @@ class LeaseLeaderElector:
             return self._release()
 
     def _release(self) -> bool:
+        """`release()`'s read and write: the holder cleared, our ledger carried (`_body`), while the Lease read is
+        ours. A 409 is written again as a renewal's is (`_take`: read again, its holder record unchanged, at most
+        `TAKEOVER_CONFLICT_RETRIES` more writes, after SIGTERM `STOPPED_SAVE_RETRIES`: `_stopped_short`): failed at
+        one 409 for a label or annotation edited meanwhile, the successor waited out a whole lease duration. A
+        release is no try: `last_failure` stays the last try's (`unreachable()`, `save_state` read it)."""
         if not self.is_leader:
             return False
-        now, what = self.clock(), f"lease {self.namespace}/{self.name}"
+        now, tick, what, failure = self.clock(), self._tick(), f"lease {self.namespace}/{self.name}", self.last_failure
         try:
             lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
             spec = lease.get("spec") or {}
             if spec.get("holderIdentity") != self.identity:
-                self._renewed_at = None
                 return False
-            body = self._body(lease, self._spec(now, now, int(spec.get("leaseTransitions") or 0), "", 1))
-            written = self.api(what, self.api.coordination.replace_namespaced_lease, self.name, self.namespace, body)
-            self._released = _ledger_on(written)
+            transitions, self.last_failure = int(spec.get("leaseTransitions") or 0), None
+            written, _ = self._take(what, (now, tick), lease, lambda at: self._spec(at, at, transitions, "", 1),
+                                    self._stopped_short)
+            if not written or self.last_failure is not None:   # a 503's `_write` answers `is_leader`, no write
+                log.warning("%s: release failed: %s", what, self.last_failure)
+                return False
+            self._released = self._persisted   # the ledger the write put on the Lease (`_write`)
         except ActuationError as err:
             log.warning("%s: release failed: %s", what, err)
             return False
         finally:
-            self._renewed_at = None
+            self._renewed_at, self.last_failure = None, failure
         return True
 
 

@@ -37,7 +37,9 @@ LEASE_CALLS_AFTER_ACTING = 2 * 2 * (1 + TAKEOVER_CONFLICT_RETRIES)
 # After SIGTERM: the renewal in flight ends at its 409 (a read and a write); the exit's ledger save writes again
 # STOPPED_SAVE_RETRIES more times after one (6 calls).
 LEASE_CALLS_AFTER_STOP = 2 + 2 * (1 + STOPPED_SAVE_RETRIES)
-LEASE_CALLS_TO_RELEASE = 4     # a renewal in flight again, then the write that clears the holder on the way out
+# On the way out: a renewal in flight again (a read and a write), then the release's read and write that clears the
+# holder, which after a 409 for a metadata edit writes again STOPPED_SAVE_RETRIES more times, as the save (6 calls).
+LEASE_CALLS_TO_RELEASE = 2 + 2 * (1 + STOPPED_SAVE_RETRIES)
 
 
 class Retries(Protocol):
