@@ -43,8 +43,10 @@ titles, legendFormat, annotation names, units' `suffix:`, a heatmap's axisLabel,
 values in legends, tables and tick labels are Grafana's text, never mathtext. With it on, matplotlib read the text
 between two `$` as mathtext: `Rate over $__rate_interval on $node` failed the render with a ValueError, `GPU $gpu on
 $node` lost its `$` to italics. The setting is the rc_context's only: the caller's rcParams are left as they were.
-Titles' template variables are not replaced by the values, as Grafana shows them: the values resolved here are
-PromQL regexes, not those.
+Rows' and panels' titles have their variables filled as Grafana fills them (`$node`, `${node}`, `[[node]]`: one
+`substitute` for queries and titles), with the variables' texts ("All", a node's name), not the PromQL regexes the
+queries get (`selections`): a title "GPUs on $node" reads "GPUs on node-a". The dashboard's own title is drawn as
+written.
 """
 
 from __future__ import annotations
@@ -454,19 +456,30 @@ def load_dashboards(directory: Path, uid: str | None = None) -> list[tuple[str, 
 
 
 def resolve_variables(dashboard: dict, client: PromClient) -> dict[str, str]:
-    values: dict[str, str] = {}
+    """Each query variable's value in the queries (`interpolate`): a PromQL regex (`selections`)."""
+    return {name: value for name, (value, _) in selections(dashboard, client).items()}
+
+
+def selections(dashboard: dict, client: PromClient) -> dict[str, tuple[str, str]]:
+    """Each query variable as Grafana selects it on first load, by name: (its value in the queries, its text in the
+    titles). An "All" variable is its `allValue` in the queries and "All" in the titles; another is its first label
+    value, as a regex (`re.escape`) in the queries and as it is in the titles, or, without any, `.*` and "None" (the
+    option Grafana gives a query variable without values). Grafana fills titles with the text (`getDisplayTitle`'s
+    'text' format): a title "GPUs on $node" reads "GPUs on node-a", not "GPUs on node\\-a"."""
+    chosen: dict[str, tuple[str, str]] = {}
     for var in dashboard.get("templating", {}).get("list", []):
         if var.get("type") != "query":
             continue
         if var.get("includeAll"):
-            values[var["name"]] = var.get("allValue") or ".*"
+            chosen[var["name"]] = (var.get("allValue") or ".*", "All")
             continue
         query = var.get("query")
         query = str(query.get("query", "") if isinstance(query, dict) else query)
         m = re.match(r"label_values\((.+),\s*(\w+)\)$", query.strip())
+        values = {name: value for name, (value, _) in chosen.items()}
         options = client.label_values(interpolate(m[1], values, 60, 3600), m[2]) if m else []
-        values[var["name"]] = re.escape(options[0]) if options else ".*"
-    return values
+        chosen[var["name"]] = (re.escape(options[0]), options[0]) if options else (".*", "None")
+    return chosen
 
 
 def interpolate(expr: str, variables: dict[str, str], step: int, range_s: int, scrape_s: int = 15) -> str:
@@ -476,10 +489,21 @@ def interpolate(expr: str, variables: dict[str, str], step: int, range_s: int, s
         "__range_s": str(range_s),
         "__range": f"{range_s}s",
     }
-    merged = {**variables, **builtins}
-    for name in sorted(merged, key=len, reverse=True):
-        expr = expr.replace(f"${{{name}}}", merged[name]).replace(f"${name}", merged[name])
-    return expr
+    return substitute(expr, {**variables, **builtins})
+
+
+# A variable in Grafana's three forms, its name the whole word as Grafana's variable regex reads it: `$nodes` is no
+# `$node` and `s`, `$__range_s` no `$__range` and `_s`.
+_VARIABLE = re.compile(r"\$\{(\w+)\}|\[\[(\w+)\]\]|\$(\w+)")
+
+
+def substitute(text: str, values: dict[str, str]) -> str:
+    """`text` with each variable of `values` replaced, in Grafana's three forms: `${name}`, `[[name]]` (deprecated,
+    still replaced by Grafana) and `$name`, in one pass (a value is not read again for variables); a name not in
+    `values` is left as written. A query's (`interpolate`: the variables' values and the built-in ones) and a row's or
+    panel's title (`render_dashboard`: the variables' texts, `selections`; the built-in ones, `$__rate_interval` and
+    the like, are a query's)."""
+    return _VARIABLE.sub(lambda m: values.get(m[1] or m[2] or m[3], m[0]), text)
 
 
 def legend(fmt: str, labels: dict[str, str]) -> str:
@@ -586,7 +610,9 @@ HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile
 # written: mathtext off for this call only, the caller's rcParams restored after it (module docstring).
 @matplotlib.rc_context({"text.parse_math": False})
 def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: RenderReport, name: str) -> Path:
-    variables = resolve_variables(dashboard, renderer.client)
+    chosen = selections(dashboard, renderer.client)
+    variables = {var: value for var, (value, _) in chosen.items()}
+    texts = {var: text for var, (_, text) in chosen.items()}
     panels = [p for _, p in laid_out(dashboard["panels"])]
     headers = [r for _, r in row_headers(dashboard["panels"])]
     header = 2  # grid rows above the panels for the dashboard title
@@ -602,16 +628,18 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
     report.markers[name] = [(n, colour, len(times)) for n, times, colour in annotations]
     report.empty_panels[name], report.series[name] = [], {}
     for row in headers:
-        _row_header(fig, row, (header + row["gridPos"]["y"]) / rows, 1 / rows)
+        _row_header(fig, substitute(row.get("title", ""), texts), (header + row["gridPos"]["y"]) / rows, 1 / rows)
     for panel in panels:
         g = panel["gridPos"]
         # a 1-column or 1-row panel (Grafana's least) is drawn small, not refused by matplotlib for its negative size
         ax = fig.add_axes((g["x"] / 24 + 0.03, 1 - (header + g["y"] + g["h"]) / rows + 0.25 / rows,
                            max(g["w"] / 24 - 0.05, 0.5 / 24), max(g["h"] - 1.1, 0.5) / rows))
         if is_library_panel(panel):
-            report.library_panels.setdefault(name, []).append(_library_placeholder(ax, panel))
-        elif not shows_data(panel):   # a text panel, a clock: it never queries, no data to miss (--require-data)
-            _placeholder(ax, panel.get("title", ""), f"{panel['type']} panel: runs no queries, not drawn here")
+            report.library_panels.setdefault(name, []).append(_library_placeholder(ax, panel, texts))
+            continue
+        ax.set_title(substitute(panel.get("title", ""), texts), fontsize=9, loc="left")
+        if not shows_data(panel):   # a text panel, a clock: it never queries, no data to miss (--require-data)
+            _placeholder(ax, f"{panel['type']} panel: runs no queries, not drawn here")
         else:
             _draw_panel(fig, ax, panel, renderer, (variables, annotations), report, name)
     path = out / f"{name}.png"
@@ -628,7 +656,6 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
     `report`, or, for hardware this Prometheus has none of or a server-side expression whose input queries return
     samples, listed apart with its reason), as a panel without any query is."""
     variables, annotations = context
-    ax.set_title(panel.get("title", ""), fontsize=9, loc="left")
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
     answer = renderer.answer(panel, variables)
     data = answer.data
@@ -659,35 +686,36 @@ def _draw_panel(fig, ax, panel: dict, renderer: _Renderer, context: tuple[dict[s
         ax.tick_params(axis="x", labelsize=6)
 
 
-def _row_header(fig, row: dict, top: float, grid_row: float) -> None:
-    """A row's header, as Grafana draws it: its title (bold) on a band across the dashboard, in the row's first grid
-    row (`top`, from the figure's top, and `grid_row` high, in figure fractions). The band is the lower half of that
-    grid row, its title at its foot: the panel above ends a quarter of a grid row above the row's, its tick labels
-    below that (a node x GPU grid's reach half a grid row further); the panels below have their titles in their own
-    first grid row. A collapsed row's is drawn as an open one's: its panels are drawn below it, where Grafana opens
-    them."""
+def _row_header(fig, title: str, top: float, grid_row: float) -> None:
+    """A row's header, as Grafana draws it: its title (bold, its variables filled: `render_dashboard`) on a band
+    across the dashboard, in the row's first grid row (`top`, from the figure's top, and `grid_row` high, in figure
+    fractions). The band is the lower half of that grid row, its title at its foot: the panel above ends a quarter of
+    a grid row above the row's, its tick labels below that (a node x GPU grid's reach half a grid row further); the
+    panels below have their titles in their own first grid row. A collapsed row's is drawn as an open one's: its
+    panels are drawn below it, where Grafana opens them."""
     ax = fig.add_axes((0.03, 1 - top - grid_row, 0.95, 0.5 * grid_row))
     ax.set_xticks([])
     ax.set_yticks([])
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.set_facecolor("#eef0f3")   # a band, as Grafana's row header (axis("off") would hide it)
-    ax.text(0.005, 0.04, row.get("title", ""), ha="left", va="bottom", transform=ax.transAxes, fontsize=10,
+    ax.text(0.005, 0.04, title, ha="left", va="bottom", transform=ax.transAxes, fontsize=10,
             fontweight="bold", clip_on=True)
 
 
-def _library_placeholder(ax, panel: dict) -> str:
-    """A library panel's box, saying what it is: its queries are in Grafana's library, not in the file. Its name."""
+def _library_placeholder(ax, panel: dict, texts: dict[str, str]) -> str:
+    """A library panel's box, saying what it is: its queries are in Grafana's library, not in the file. Its name, as
+    written (its title on the box with the variables' `texts` filled)."""
     ref = panel["libraryPanel"]
     title = panel.get("title") or ref.get("name") or ref.get("uid", "")
-    _placeholder(ax, title, f"library panel {ref.get('uid', '')}\n(kept in Grafana's library, not drawn here)")
+    ax.set_title(substitute(title, texts), fontsize=9, loc="left")
+    _placeholder(ax, f"library panel {ref.get('uid', '')}\n(kept in Grafana's library, not drawn here)")
     return title
 
 
-def _placeholder(ax, title: str, text: str) -> None:
-    """A panel's box with its title and, in grey, why nothing is drawn in it (the text names the panel's type or
-    library uid, the dashboard's words, drawn as written, as every text: `render_dashboard`)."""
-    ax.set_title(title, fontsize=9, loc="left")
+def _placeholder(ax, text: str) -> None:
+    """A panel's box (its title set by the caller) with, in grey, why nothing is drawn in it (the text names the
+    panel's type or library uid, the dashboard's words, drawn as written, as every text: `render_dashboard`)."""
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey", clip_on=True)
 
