@@ -310,18 +310,31 @@ def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "",
              coarsen_to: float | None = None) -> pd.Series:
     """`series` resampled at `step`. Too many steps are refused naming `step`, or `coarsen_to` where a caller asked for
     it (`load_demand`): the step its user gave, finer than the trace's own when that was the one refused (a refusal
-    naming the own step, '0 days 00:01:00', named a step the user never gave; audit a11)."""
+    naming the own step, '0 days 00:01:00', named a step the user never gave; audit a11), and the finest whole
+    --step that loads it (`_least_loading`)."""
     series = series.sort_index()
-    if len(series) and (series.index[-1] - series.index[0]) / step > MAX_STEPS:
+    span = series.index[-1] - series.index[0] if len(series) else pd.Timedelta(0)
+    if span / step > MAX_STEPS:
         named = step if coarsen_to is None else parse_step(repr(float(coarsen_to)), file=path or None)
-        raise InputError(path or None, "step", str(named),
-                         f"a step giving at most {MAX_STEPS} steps over the trace's span")
+        raise InputError(path or None, "step", str(named), f"a --step of at least {_least_loading(span)} seconds loads "
+                         f"it (a step giving at most {MAX_STEPS} steps over the trace's span)",
+                         detail=f"the trace spans {span.total_seconds():.0f}s")
     grouped = series.resample(step, origin="epoch")
     out = grouped.sum(min_count=1) if how == "sum" else grouped.mean()
     out = out.astype(float)
     out.index.freq = step
     out.name = "demand_rps"
     return out
+
+
+def _least_loading(span: pd.Timedelta) -> int:
+    """The finest whole-second step `_regular` resamples a trace spanning `span` at, as the too-few-steps refusal
+    names a --step that plays a trace (`balancer.app.scenarios`): its refusal of one too long named only the step
+    refused, nothing saying which loads it. Checked as `_regular` checks it, its float division included."""
+    least = max(-(-span // pd.Timedelta(seconds=MAX_STEPS)), 1)
+    while span / pd.Timedelta(seconds=least) > MAX_STEPS:
+        least += 1
+    return int(least)
 
 
 def _read_table(path: str, allowed: str) -> tuple[pd.DataFrame, dict[str, str]]:
