@@ -1,6 +1,6 @@
 """A trace too long to load at a step (more than `MAX_STEPS` steps over its span) is refused naming the finest whole
 --step that loads it, as a trace spanning under two steps is refused naming a --step that plays it (session 41).
-Before, the refusal named only the step refused ('0 days 00:00:01') and the rule, not which --step to give.
+Before, the refusal named only the step refused ('0 days 00:00:01') and the rule, not which --step to give."""
 
 from __future__ import annotations
 
