@@ -311,7 +311,9 @@ def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "",
     """`series` resampled at `step`. Too many steps are refused naming `step`, or `coarsen_to` where a caller asked for
     it (`load_demand`): the step its user gave, finer than the trace's own when that was the one refused (a refusal
     naming the own step, '0 days 00:01:00', named a step the user never gave; audit a11), and the finest whole
-    --step that loads it (`_least_loading`)."""
+    --step that loads it (`_least_loading`). `coarsen_to` is parsed here, on the refusal's path only, not once by the
+    caller: `_load_step` parses it only where the trace loads at it, and parsed for every load, a `coarsen_to` under
+    1s or NaN (a `SimCluster` step of 0.5 s) would refuse a 60 s trace that loads at its own step (session 41)."""
     series = series.sort_index()
     span = series.index[-1] - series.index[0] if len(series) else pd.Timedelta(0)
     if span / step > MAX_STEPS:
