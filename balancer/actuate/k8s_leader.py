@@ -242,7 +242,7 @@ class LeaseLeaderElector:
         except NotFoundError:
             body = self._body({}, self._spec(now, now, 0, self.identity, self.lease_duration_s))
             created = self._write(what, tick, self.api.coordination.create_namespaced_lease, self.namespace, body)
-            self.terms += created
+            self.terms += self.last_failure is None   # created: True from a 503 is the lead kept, not a Lease taken
             return created
         except ActuationError as err:
             log.warning("%s: %s", what, err)
@@ -554,7 +554,9 @@ class LeaseLeaderElector:
     def _write(self, what: str, tick: float, fn: Callable[..., Any], *args: Any, keep: bool = False) -> bool:
         """`tick`: the monotonic clock before this write was sent (its try's start, or `_take`'s write again): what the
         renew deadline and lease duration count from. A 409 ends our lead at once unless `keep` (`_take`: it reads
-        the Lease again first)."""
+        the Lease again first). True once written; a failure other than 409 (a 503) answers `is_leader`, the lead
+        kept to its renew deadline: a caller that must know a write landed reads `last_failure` (a create's term,
+        `_release`)."""
         try:
             written = self.api(what, fn, *args)
         except ActuationError as err:   # 409: another contender wrote first; others: try again next cycle
