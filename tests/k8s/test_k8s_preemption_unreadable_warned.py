@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 
 import test_k8s_preemption_stuck_unreadable as unreadable
-from fakeapi import FakeKube
-from test_k8s_preemption import most_free
+from fakeapi import FakeKube, node
+from test_k8s_preemption import bound, most_free, pending
 
 from balancer.actuate import k8s_preempt
 from balancer.actuate.k8s_reads import Usage, pod_usage
@@ -94,3 +94,28 @@ def test_a_pod_gone_or_read_again_is_forgotten_as_the_pass_reads_them(caplog):
         ends.say(pod)
     assert [m.split(" (")[0] for m in said(caplog)] == ["pod default/x", "pod default/y", "pod default/z",
                                                         "pod default/x", "pod default/y"]
+
+
+def test_a_pod_read_again_by_a_pass_where_every_pod_fits_and_broken_again_is_warned_of_again(
+        kube: FakeKube, api, clock, caplog):
+    """The pods said were forgotten only as the bound pods were grouped for preemption (`Holds._bound_by_node`: in a
+    pass where some pod fits nowhere and may preempt), though every pass with a pod to place reads them: train, read
+    again (its time fixed) by a pass whose one pod fits, then broken again, was never said again. Now every pass that
+    reads the bound pods forgets those read again (`Holds.release_gone`)."""
+    caplog.set_level(logging.WARNING, logger=k8s_preempt.__name__)
+    train = bound("train", "a", 8, 1)
+    train["metadata"]["deletionTimestamp"] = "not a time"               # terminating, its end unreadable
+    for obj in (node("a", 8), train, node("b", 4), pending("urgent", 8, 100)):
+        kube.add(obj)
+    sched = SecondaryScheduler(api, "gputide", most_free, clock=clock)
+    sched.schedule_once()                                               # urgent waits for train: said
+    kube.delete("pods", "urgent", "default")
+    kube.mutate("pods", "train", "default", {"metadata": {"deletionTimestamp": rfc3339(clock.now + 600)}})
+    kube.add(pending("small", 1, 100))
+    clock.advance(60)
+    assert sched.schedule_once() == {"default/small": "b"}              # every pod fits: train read, readable
+    kube.mutate("pods", "train", "default", {"metadata": {"deletionTimestamp": "not a time"}})
+    kube.add(pending("urgent-2", 8, 100))
+    clock.advance(60)
+    sched.schedule_once()                                               # urgent-2 waits for train: said again
+    assert [m.split(" (")[0] for m in said(caplog)] == ["pod default/train", "pod default/train"]
