@@ -362,7 +362,7 @@ def laid_out(panels: list[dict]) -> list[tuple[str, dict]]:
     row, the others kept where they are from it) and every panel below the row down by as much as they take.
     (Grafana measures from the row's first panel, which is its top one as Grafana saves them; this from the top one.)
     `panels` checked by `_check_panel`: a panel moved is a copy."""
-    return [(where, p) for where, p in _placed(panels) if p.get("type") != "row"]
+    return layout(panels)[0]
 
 
 def row_headers(panels: list[dict]) -> list[tuple[str, dict]]:
@@ -370,7 +370,15 @@ def row_headers(panels: list[dict]) -> list[tuple[str, dict]]:
     row below an opened collapsed row moved down with the panels below it): where Grafana draws its header, its title
     in a band across the dashboard, a collapsed row's as an open one's, its panels below it. A row without a
     `gridPos` (Grafana saves one for every row) has no place to draw it at."""
-    return [(where, p) for where, p in _placed(panels) if p.get("type") == "row"]
+    return layout(panels)[1]
+
+
+def layout(panels: list[dict]) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
+    """`laid_out` and `row_headers` of one placing (`_placed`): the panels drawn and the rows' headers, each with
+    where it is in the file. `render_dashboard` places a dashboard once for both."""
+    placed = _placed(panels)
+    return ([(where, p) for where, p in placed if p.get("type") != "row"],
+            [(where, p) for where, p in placed if p.get("type") == "row"])
 
 
 def _placed(panels: list[dict]) -> list[tuple[str, dict]]:
@@ -613,8 +621,7 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
     chosen = selections(dashboard, renderer.client)
     variables = {var: value for var, (value, _) in chosen.items()}
     texts = {var: text for var, (_, text) in chosen.items()}
-    panels = [p for _, p in laid_out(dashboard["panels"])]
-    headers = [r for _, r in row_headers(dashboard["panels"])]
+    panels, headers = ([p for _, p in placed] for placed in layout(dashboard["panels"]))
     header = 2  # grid rows above the panels for the dashboard title
     rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels + headers), default=1) + header
     fig = Figure(figsize=(22, max(4.0, rows * 0.45)))

@@ -126,3 +126,23 @@ def test_a_row_whose_title_or_place_cannot_be_drawn_exits_2(tmp_path, capsys, ro
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == (f"gputide: error: {boards / 'board.json'}: field '{field}': invalid value "
                                          f"{value}; allowed: {allowed}"), err
+
+
+def test_a_render_places_the_dashboard_once_for_its_panels_and_its_rows(monkeypatch, tmp_path):
+    """The panels and the rows' headers are drawn from one placing of the dashboard (`dr.layout`), not one each."""
+    inside = STAT | {"title": "Inside", "gridPos": GRID | {"y": 40}}
+    panels = [STAT | {"title": "Top"}, _row("Collapsed section", 8, inside),
+              STAT | {"title": "Bottom", "gridPos": GRID | {"y": 9}}]
+    boards = tmp_path / "boards"
+    boards.mkdir()
+    (boards / "board.json").write_text(json.dumps({"title": "t", "panels": panels}))
+    ((name, dashboard),) = dr.load_dashboards(boards)
+    placed, place = [], dr._placed
+    monkeypatch.setattr(dr, "_placed", lambda panels: placed.append(panels) or place(panels))
+    fake = FakePrometheus()
+    try:
+        dr.render_dashboard(dashboard, dr._Renderer(dr.PromClient(fake.url), 0, 3600, 60), tmp_path, dr.RenderReport(),
+                            name)
+    finally:
+        fake.close()
+    assert placed == [dashboard["panels"]]
