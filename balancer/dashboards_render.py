@@ -615,7 +615,11 @@ def other_source(target: dict, panel_source: object = None) -> bool:
 HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile:info)"
 
 # Every text made while the figure is built and saved (tick labels too, made as it is drawn in savefig) is drawn as
-# written: mathtext off for this call only, the caller's rcParams restored after it (module docstring).
+# written: mathtext off for this call only, the caller's rcParams restored after it (module docstring). Not each text's
+# own `parse_math=False`: the tick labels an axis makes as the figure is saved (a unit's `suffix:` from a formatter, a
+# colorbar's) take rcParams' value when made, as no call can give it them (tick_params refuses parse_math; a new tick
+# copies its look from the first, not parse_math: matplotlib 3.11). rcParams are the process', so two renders must not
+# draw at once in threads (`render` draws its dashboards one after another).
 @matplotlib.rc_context({"text.parse_math": False})
 def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: RenderReport, name: str) -> Path:
     chosen = selections(dashboard, renderer.client)
