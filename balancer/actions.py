@@ -93,6 +93,10 @@ class ScaleTraining(Action):
     #                     back once each has slack); a capacity reclaim: the latency-net steps it frees GPUs for,
     #                     where no idle GPU served them (forgotten when none of their shrinks goes out:
     #                     `capacity_loop.unsent`); a tide growth: the loans whose GPUs it takes (`loop._on_loans`)
+    # a tide growth that takes a loan's GPUs: the workers of it that GPUs idle already hold, and their gain alone
+    # (`capacity_pools.grow_gain`); sent alone where its loans did not go (`loop._idle_part`). 0: none, or worth nothing
+    idle_workers: int = 0
+    idle_gain: float = 0.0
 
     @property
     def target(self) -> str:

@@ -34,10 +34,11 @@ goes from leader to leader (`balancer.ledger_handover`); a move or a capacity sc
 ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not refused (`HeldForLedger`); a training
 growth into the GPUs of a loan goes only once that loan came back applied or a dry run's, else it is rejected
 (`group_incomplete`): the loan held back or refused by the review, dropped on the fresh snapshot, or failed (`_act`,
-`_on_loans`: the plan orders loans before growths, `capacity_pools.apply_targets`). A capacity scale
-up that did not go out, or a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never
-proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal
-of the guard is waited out as if made, and refused too, `planner.refuse`). What its actions leave on the fleet the
+`_on_loans`: the plan orders loans before growths, `capacity_pools.apply_targets`), its workers on GPUs idle already
+sent alone (`_idle_part`). A capacity scale up that did not go out, or a reclaim shrink that frees GPUs for a
+latency-net step, is told to the planner as never proposed where its cause passes (`_unsent`: an emergency stop, a
+stale plan, an interrupted cycle; a lasting refusal of the guard is waited out as if made, and refused too,
+`planner.refuse`). What its actions leave on the fleet the
 actuator keeps up or releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is
 `balancer.loop_upkeep`.
 
@@ -156,6 +157,12 @@ def _on_loans(a: Action, gone: set[str]) -> TypeGuard[ScaleTraining]:
     goes."""
     return (isinstance(a, ScaleTraining) and a.cause == "loan" and a.workers > a.previous_workers
             and not set(filter(None, a.service.split(","))) <= gone)
+
+
+def _sends_nothing(a: Action) -> bool:
+    """Whether `a` goes only with loans (`_on_loans`), no part of it onto GPUs idle already (`Reconciler._idle_part`):
+    without its loans, nothing of it is sent."""
+    return _on_loans(a, set()) and not a.idle_workers
 
 
 def _is_loan(a: Action) -> TypeGuard[ScaleInference]:
@@ -351,7 +358,7 @@ class Reconciler:
             self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, guard=True)
             self.state = planner_mod.hold_back(self.state, held, now, before)   # a scale held back too (`_unsent`)
             refused = [a for a, exc in kept if not isinstance(exc, EmergencyStop)]
-            if all(_on_loans(a, set()) for a in review.accepted):   # none, or growths alone into loans not accepted:
+            if all(map(_sends_nothing, review.accepted)):   # none, or growths alone into loans not accepted:
                 self._act(list(review.accepted), snap, rejected, now, done)   # each rejected, no fresh snapshot read
             else:
                 fresh = self._observe(now, "fresh snapshot before acting: ")
@@ -537,19 +544,17 @@ class Reconciler:
         growth into the GPUs of a loan is sent only once every loan it names came back applied (or a dry run's), and
         rejected (`group_incomplete`, asking nothing: `fresh` unread) otherwise: a loan held back or refused by the
         review, dropped on the fresh snapshot, or failed (an HPA KEDA keeps, RBAC) keeps its GPUs, and the growth's
-        workers would wait pending on them (`_on_loans`; the plan orders loans first). Not sent, it is not remembered:
-        the next plan grows anew."""
+        workers would wait pending on them (`_on_loans`; the plan orders loans first); the workers of it that GPUs
+        idle already hold go alone (`_idle_part`). Not sent, it is not remembered: the next plan grows anew."""
         gone = set[str]()
-        for i, a in enumerate(actions):
-            if _on_loans(a, gone):
-                why = f"grows into GPUs that a loan of {a.service} frees, and that loan did not go"
-                log.info("not sent %s: %s", a.describe(), why)
-                self._reject(a, GroupIncomplete.reason, why, rejected, now)
+        for i, planned in enumerate(actions):
+            a = self._idle_part(planned, rejected, now) if _on_loans(planned, gone) else planned
+            if a is None:
                 continue
             why = self._interruption()
             if why is not None:
                 log.warning("%s: %s; %d planned actions not applied", why[0], why[1], len(actions) - i)
-                for skipped in actions[i:]:
+                for skipped in [a, *actions[i + 1:]]:
                     self._reject(skipped, *why, rejected, now)
                 break
             self._progress(f"{a.kind} {a.target}")
@@ -572,6 +577,24 @@ class Reconciler:
                 self.metrics.unknown_outcomes.labels(type=a.kind).inc()
             log.info("%s: %s %s", res.outcome, a.describe(), detail)
             self._audit(now, action_record(a, str(res.outcome), detail))
+
+    def _idle_part(self, a: ScaleTraining, rejected: list, now: float) -> ScaleTraining | None:
+        """What of a growth into the GPUs of loans that did not go (`_on_loans`) is still sent: rejected
+        (`group_incomplete`), and sent reduced to the workers GPUs idle already hold (`ScaleTraining.idle_workers`,
+        the plan's count), where it has any and they alone meet the guard's minimum gain (`idle_gain`). Rejected
+        whole, a growth onto an idle GPU and a loan's left the idle GPU idle for a cycle; the loan's part waits for
+        the next plan, which grows into the loan's GPUs once the loan goes."""
+        why = f"grows into GPUs that a loan of {a.service} frees, and that loan did not go"
+        part = a.idle_workers if a.idle_gain >= self.guard.policy.min_expected_gain else 0
+        if part:
+            why += f"; its +{part} workers on GPUs idle already sent alone"
+        log.info("not sent %s: %s", a.describe(), why)
+        self._reject(a, GroupIncomplete.reason, why, rejected, now)
+        if not part:
+            return None
+        return replace(a, workers=a.previous_workers + part, expected_gain=a.idle_gain, service="", idle_workers=0,
+                       idle_gain=0.0, reason=f"{a.reason}; reduced to +{part} on GPUs idle already: the loan of "
+                       f"{a.service} it also grows into did not go")
 
     def _interruption(self) -> tuple[str, str] | None:
         """(reason, why) no further action may start: `stop` or an emergency stop (flag or file) is set, or the Lease

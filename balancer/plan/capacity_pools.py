@@ -60,6 +60,7 @@ class Pools:
         # per job the loans whose GPUs it grows into (`_grow`)
         self.lent: dict[str, dict[str, int]] = {}
         self.lenders: dict[str, set[str]] = {}
+        self.on_idle: dict[str, int] = {}   # per job grown, the workers the GPUs idle already hold (`_grow`)
 
     def take_free(self, models: frozenset[str] | None, gpus: int) -> int:
         """Claim up to `gpus` idle GPUs of the allowed models; returns how many were claimed."""
@@ -215,7 +216,9 @@ class Pools:
             if not take or grow_gain(j, sum(take.values()), hours) <= 0:
                 continue
             for m, k in take.items():   # the GPUs idle already first, then those a loan frees (`lenders`)
-                loaned = max(0, k * gpw - max(0, self.free[m] - self.released(m)))
+                idle = max(0, self.free[m] - self.released(m))
+                loaned = max(0, k * gpw - idle)
+                self.on_idle[j.name] = self.on_idle.get(j.name, 0) + min(k, idle // gpw)   # whole workers alone
                 self.lenders.setdefault(j.name, set()).update(self._draw(m, loaned) if loaned else ())
                 self.free[m] -= k * gpw
                 self.workers[j.name] += k
@@ -247,7 +250,9 @@ class Pools:
         latency net's steps, tied so to it; one served by replicas already asked sends no scale, only its shrinks); a
         growth names the services whose loans (scale-downs this pass) free GPUs it grows into (`lenders`): sent
         without them, held back or refused, its workers wait pending on GPUs the service keeps
-        (`balancer.loop._on_loans`). One onto idle GPUs alone names none."""
+        (`balancer.loop._on_loans`); it carries the workers of it that GPUs idle already hold, and their gain alone
+        (`ScaleTraining.idle_workers`, `idle_gain`: 0 where alone they gain nothing), sent alone if the loans do not go.
+        One onto idle GPUs alone names none."""
         out: list[Action] = []
         for name, j in sorted(self.jobs.items()):
             new = self.workers[name]
@@ -271,6 +276,9 @@ class Pools:
             else:
                 lost = (f"; loses {j.restart_cost_gpu_h:.2f} GPU-h since checkpoint{_RESTART}"
                         if j.restarts_on_resize else "")
+                lenders = self.lenders.get(name, set())
+                idle = self.on_idle.get(name, 0) if lenders else 0   # the idle part of a growth onto a loan's GPUs
+                idle_gain = grow_gain(j, idle, hours) if idle else 0.0
                 out.append(
                     ScaleTraining(
                         job=name,
@@ -278,7 +286,9 @@ class Pools:
                         previous_workers=j.workers,
                         expected_gain=grow_gain(j, new - j.workers, hours),
                         cause="loan",
-                        service=",".join(sorted(self.lenders.get(name, ()))),
+                        service=",".join(sorted(lenders)),
+                        idle_workers=idle if idle_gain > 0 else 0,   # worth nothing alone: never sent so
+                        idle_gain=max(idle_gain, 0.0),
                         reason=f"{reason_up}: +{new - j.workers} workers on idle GPUs{lost}",
                     )
                 )

@@ -1,0 +1,64 @@
+"""A growth onto GPUs idle already and a loan's sends its idle part when the loan does not go. The tide grows a job
+into the idle GPUs first, then into those its loans (inference scale-downs) free, in one growth naming the loans
+(`capacity_pools.Pools.training_actions`); the loop does not send a growth whose loan did not go (`loop._on_loans`).
+Rejected whole, the idle GPUs it took stayed idle until the next cycle's plan; now the plan counts the workers the
+idle GPUs hold (`ScaleTraining.idle_workers`) and the loop sends the growth reduced to them (`loop._idle_part`), the
+loan's part rejected as before (`group_incomplete`).
+
+The fleet is tests/loop/test_loop_held_back_loan_growth.py's with fast (priority 5, two workers) allowed five: at
+T0+HOLD the tide grows it onto GPU 7 (idle) and the two GPUs chat's loan frees, 2 -> 5, and slow not at all."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from balancer.model import ScaleTraining
+from tests.loop.test_loop_held_back_loan_growth import Audit, RefusesLoans, Store, fleet, grows, loans, tide
+
+
+class Wide:
+    """The fleet with fast allowed five workers. Counts its reads."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock, self.reads = clock, 0
+
+    def snapshot(self):
+        self.reads += 1
+        snap = fleet(self.clock[0])
+        return replace(snap, workloads=tuple(replace(w, elastic_max=5) if w.owner == "fast" else w
+                                             for w in snap.workloads))
+
+
+def test_a_growth_onto_idle_and_refused_loans_gpus_sends_its_idle_part() -> None:
+    rec, actuator, clock = tide(Store(), refuse=True)
+    rec.source, rec.audit = Wide(clock), Audit()
+    report = rec.run_once()
+    assert loans(report.plan.actions) == [1]
+    assert grows(report.plan.actions) == {"fast": (2, 5)}
+    growth = next(a for a in report.plan.actions if isinstance(a, ScaleTraining))
+    assert (growth.service, growth.idle_workers) == ("chat", 1) and growth.idle_gain > 0
+    # the loan's part rejected, counted and audited as before; the worker on GPU 7 goes (before: nothing was sent)
+    assert [(a.target, why) for a, why in report.rejected] == [("chat", "cooldown"), ("fast", "group_incomplete")]
+    assert grows(actuator.sent) == {"fast": (2, 3)} and rec.source.reads == 2   # checked on a fresh snapshot first
+    sent = actuator.sent[0]
+    assert sent.expected_gain == growth.idle_gain and not sent.service and "reduced to +1" in sent.reason
+    held = [r for r in rec.audit.records if r["outcome"] == "rejected:group_incomplete"]
+    assert len(held) == 1 and "its +1 workers on GPUs idle already sent alone" in held[0]["detail"], rec.audit.records
+    went = [r for r in rec.audit.records if r["target"] == "fast" and not r["outcome"].startswith("rejected")]
+    assert len(went) == 1 and "reduced to +1" in went[0]["reason"], rec.audit.records
+
+
+def test_an_idle_part_below_the_guards_minimum_gain_is_not_sent() -> None:
+    """The guard accepted the whole growth on its gain; the idle part alone gains less, and one below the minimum
+    (`safety.minExpectedGain`) is not sent: the growth is rejected whole, as before."""
+    rec, _, clock = tide(Store(), refuse=True)
+    rec.source = Wide(clock)
+    growth = next(a for a in rec.run_once().plan.actions if isinstance(a, ScaleTraining))
+    assert 0 < growth.idle_gain < growth.expected_gain
+    rec, actuator, clock = tide(Store(), refuse=True)
+    rec.source = Wide(clock)
+    rec.guard = RefusesLoans(replace(rec.guard.policy, min_expected_gain=(growth.idle_gain + growth.expected_gain) / 2))
+    report = rec.run_once()
+    assert grows(report.plan.actions) == {"fast": (2, 5)}
+    assert ("fast", "group_incomplete") in [(a.target, why) for a, why in report.rejected]
+    assert not grows(actuator.sent)
