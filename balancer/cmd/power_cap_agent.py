@@ -37,9 +37,12 @@ minutes by default). Caps written without an expiry (an older controller) never 
 `gputide_power_cap_agent_caps_expired_total{UUID}` (caps whose expiry passed without the controller renewing it,
 given back; once per GPU and expiry; published at 0 for every GPU NVML names when the agent starts, and for one it
 names later once a cap is applied to it: a counter first published at 1 is no increase to `GputidePowerCapsExpired`),
-`gputide_power_cap_agent_limit_before_watts{UUID}` (one per GPU under gputide's cap: the limit its give-back
-restores, as the state file keeps it; none for a GPU whose first cap the driver refused or, with a state file, was
-found in force already, kept there though it restores nothing),
+`gputide_power_cap_agent_limit_before_watts{UUID}` (one per GPU under gputide's cap, a first cap whose Set has not
+returned included: the limit its give-back restores, as the state file keeps it, or memory without one; none for a
+GPU whose first cap the driver refused, nor, with a state file, for one found already at the first cap asked, below
+its default, with nothing written down: taken for the operator's limit; either is kept there as a refused first cap,
+whose give-back restores nothing; a lower cap asked of the operator's GPU, not refused, puts it under gputide's cap,
+served with the operator's limit),
 `gputide_power_cap_agent_last_sync_timestamp_seconds` and `gputide_power_cap_agent_syncs_total{result}` (`applied`,
 `unchanged`, `failed`: the annotation unreadable or malformed, NVML refusing a GPU or not answering at all, a GPU's
 limit unreadable, or the state file unwritable; alert `GputidePowerCapAgentFailing`; the log says why, once per
@@ -100,9 +103,12 @@ class AgentMetrics:
         self.expired = Counter("gputide_power_cap_agent_caps_expired", "Caps whose expiry passed without the "
                                "controller renewing it (stopped, uninstalled, no working leader), given back.",
                                ["UUID"], registry=registry)
-        self.before = Gauge("gputide_power_cap_agent_limit_before_watts", "Per GPU under gputide's cap: the limit it "
-                            "ran at before, which giving the cap back restores (none for a GPU whose first cap "
-                            "the driver refused).", ["UUID"], registry=registry)
+        self.before = Gauge("gputide_power_cap_agent_limit_before_watts", "Per GPU under gputide's cap (a first cap "
+                            "whose Set has not returned included): the limit it ran at before, which giving the cap "
+                            "back restores. None for a GPU whose first cap the driver refused, nor, with a state "
+                            "file, for one found already at the first cap asked with nothing recorded (taken for the "
+                            "operator's limit): no cap of gputide's is in force there, and its give-back restores "
+                            "nothing.", ["UUID"], registry=registry)
         for result in ("applied", "unchanged", "failed"):
             self.syncs.labels(result=result)
         self.failure: str | None = None   # why the last sync failed, logged once per reason
