@@ -491,11 +491,15 @@ def selections(dashboard: dict, client: PromClient) -> dict[str, tuple[str, str]
 
 
 def interpolate(expr: str, variables: dict[str, str], step: int, range_s: int, scrape_s: int = 15) -> str:
+    """`expr` as Grafana sends it: the variables' values and Grafana's built-in ones filled (`substitute`). The
+    interval is the step (Grafana's `$__interval` is the step it asks Prometheus for), `_ms` the same in ms."""
     builtins = {
         "__rate_interval": f"{max(4 * scrape_s, step + scrape_s)}s",
         "__interval": f"{step}s",
+        "__interval_ms": str(step * 1000),
         "__range_s": str(range_s),
         "__range": f"{range_s}s",
+        "__range_ms": str(range_s * 1000),
     }
     return substitute(expr, {**variables, **builtins})
 

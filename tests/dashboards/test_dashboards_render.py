@@ -162,10 +162,11 @@ def test_a_heatmaps_rows_are_counted_as_what_its_y_axis_names():
         ("avg_over_time(x[$__range]) * $__range_s", "avg_over_time(x[3600s]) * 3600"),
         ('x{model=~"${model}"}', 'x{model=~"H100"}'),
         ('x{model=~"[[model]]"}', 'x{model=~"H100"}'),
-        ('x{m=~"$models", c=~"$cluster_id"} / $__interval_ms', 'x{m=~"$models", c=~"$cluster_id"} / $__interval_ms'),
+        ('x{m=~"$models", c=~"$cluster_id"}', 'x{m=~"$models", c=~"$cluster_id"}'),
+        ("x / $__interval_ms * ${__range_ms} / $__interval", "x / 105000 * 3600000 / 105s"),
     ],
     ids=["rate interval and All variable", "range and range_s", "braced variable", "double-bracket variable",
-         "a longer name is not a variable and more"],
+         "a longer name is not a variable", "interval and range in ms, as Grafana fills them"],
 )
 def test_interpolate(expr, expected):
     assert dr.interpolate(expr, {"cluster": ".*", "model": "H100"}, step=105, range_s=3600) == expected
