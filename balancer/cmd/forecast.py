@@ -144,6 +144,29 @@ def _least_step(span: float, stride: int, horizons: list[float] = ()) -> int:
         least += 1
 
 
+def _too_long(args: argparse.Namespace, exc, horizons: list[float]) -> InputError:
+    """The loader's refusal of a trace too long at --step (or at its own step, without one: `exc`, a `TooLong`),
+    naming the step this backtest runs it at: the coarsest of the loader's least, `_least_step`'s (the work
+    `_bounded` allows) and the trace's own (a finer --step is refused), then dividing the horizons where one does. The
+    loader's least alone was refused next: 'at least 2 seconds loads it' on a daily trace, then 'no finer than the
+    trace's own (86400s)'; on a 1s trace with one row 100 days on, then 'at least 180s' (audit a3)."""
+    from balancer.forecast.traces import MAX_STEPS
+
+    own = exc.own_step_s
+    bounded = _least_step(exc.span_s, args.stride, horizons)
+    least = _dividing(max(exc.least_s, bounded, math.ceil(own or 0)), horizons)
+    given_step = args.step if args.step else f"{60.0 if own is None else own:g}s (the trace's own step)"
+    why = (f"the loader resamples it at {exc.least_s}s or coarser (at most {MAX_STEPS} steps), the backtest's outage "
+           f"mask reads each step against the day around it (at most {MAX_STEP_PAIRS:g} such pairs) and it makes at "
+           f"most {MAX_ORIGINS} forecasts per model (here at --stride {args.stride})")
+    if own is not None and math.ceil(own) > max(exc.least_s, bounded):
+        why += f", and no --step finer than the trace's own ({own:g}s) is taken"
+    if any(not (h / least).is_integer() for h in horizons):
+        why += "; --horizons then whole multiples of it"
+    return InputError(args.trace, "--step", given_step, f"a --step of at least {least}s over this trace's span: {why}",
+                      detail=exc.detail)
+
+
 def _dividing(least: int, horizons: list[float]) -> int:
     """The least step from `least` on that divides every horizon given in whole seconds (`least` when none does
     within the shortest horizon: the horizons' own error then says what they need)."""
@@ -182,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     from balancer.config import check_timezone
     from balancer.forecast import MODELS, load_demand
     from balancer.forecast.backtest import backtest, format_table
+    from balancer.forecast.traces import TooLong
 
     horizons = _durations(args)
     check_timezone(args.timezone, "--timezone")
@@ -201,7 +225,10 @@ def run(args: argparse.Namespace) -> int:
     if args.origin is not None and args.format != "servegen":
         raise InputError(args.trace, "--origin", args.origin, "no --origin: only --format servegen reads one")
     output_file(args.json, "--json", {"--trace": args.trace})
-    y = load_demand(args.trace, args.format, args.step, origin=args.origin)
+    try:
+        y = load_demand(args.trace, args.format, args.step, origin=args.origin)
+    except TooLong as exc:
+        raise _too_long(args, exc, horizons) from exc
     step = pd.Timedelta(y.index.freq).total_seconds() if y.index.freq is not None else None
     _bounded(args, y, step, horizons)
     _whole_steps(args, horizons, step)

@@ -307,20 +307,24 @@ def _one_zone_kind(raw: pd.Series, path: str, column: str) -> None:
 
 
 def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "",
-             coarsen_to: float | None = None) -> pd.Series:
+             coarsen_to: float | None = None, own: pd.Timedelta | None = None) -> pd.Series:
     """`series` resampled at `step`. Too many steps are refused naming `step`, or `coarsen_to` where a caller asked for
     it (`load_demand`): the step its user gave, finer than the trace's own when that was the one refused (a refusal
     naming the own step, '0 days 00:01:00', named a step the user never gave; audit a11), and the finest whole
     --step that loads it (`_least_loading`). `coarsen_to` is parsed here, on the refusal's path only, not once by the
     caller: `_load_step` parses it only where the trace loads at it, and parsed for every load, a `coarsen_to` under
-    1s or NaN (a `SimCluster` step of 0.5 s) would refuse a 60 s trace that loads at its own step (session 41)."""
+    1s or NaN (a `SimCluster` step of 0.5 s) would refuse a 60 s trace that loads at its own step (session 41).
+    The refusal is a `TooLong` carrying the span, that least step and `own` (the trace's own step, where a csv or
+    ServeGen trace has one) for a caller whose own bounds ask a coarser step (`balancer.cmd.forecast`)."""
     series = series.sort_index()
     span = series.index[-1] - series.index[0] if len(series) else pd.Timedelta(0)
     if span / step > MAX_STEPS:
         named = step if coarsen_to is None else parse_step(repr(float(coarsen_to)), file=path or None)
-        raise InputError(path or None, "step", str(named), f"a --step of at least {_least_loading(span)} seconds loads "
-                         f"it (a step giving at most {MAX_STEPS} steps over the trace's span)",
-                         detail=f"the trace spans {span.total_seconds():.0f}s")
+        least = _least_loading(span)
+        raise TooLong(path or None, "step", str(named), f"a --step of at least {least} seconds loads it (a step "
+                      f"giving at most {MAX_STEPS} steps over the trace's span)",
+                      detail=f"the trace spans {span.total_seconds():.0f}s", span_s=span.total_seconds(),
+                      least_s=least, own_step_s=None if own is None else own.total_seconds())
     grouped = series.resample(step, origin="epoch")
     out = grouped.sum(min_count=1) if how == "sum" else grouped.mean()
     out = out.astype(float)
@@ -473,7 +477,7 @@ def _at_load_step(series: pd.Series, seconds: Decimal, step: pd.Timedelta | None
     """`series`, a csv or ServeGen trace whose own step is `seconds` (`field`, `what`: as `own_step` names them),
     resampled at the step it loads at (`_load_step`) and keeping its own (`_own_step_of`): one path for both."""
     own = own_step(seconds, step, path, field, what, coarsen_to)
-    out = _regular(series, _load_step(own, step, coarsen_to, path), "mean", path, coarsen_to)
+    out = _regular(series, _load_step(own, step, coarsen_to, path), "mean", path, coarsen_to, own)
     _own_step_of(out, own, what)
     return out
 
@@ -497,6 +501,21 @@ class TooFewSteps(InputError):
                  own_step_s: float) -> None:
         super().__init__(file, field, value, allowed, detail)
         self.own = own
+        self.own_step_s = own_step_s
+
+
+class TooLong(InputError):
+    """`_regular`'s refusal of a trace spanning more than `MAX_STEPS` steps at the step it loads at: `span_s`, its
+    span in seconds; `least_s`, the finest whole-second step that loads it; `own_step_s`, its own step (a csv or
+    ServeGen trace's; None for a requests log, whose steps are counts at any step). Told apart by
+    `balancer.cmd.forecast.run`: a backtest bounds its work more tightly than the loader, and refuses a --step finer
+    than the trace's own, so the loader's least step alone, suggested there, was refused next (audit a3)."""
+
+    def __init__(self, file: str | None, field: str, value: object, allowed: str, detail: str = "", *,
+                 span_s: float, least_s: int, own_step_s: float | None) -> None:
+        super().__init__(file, field, value, allowed, detail)
+        self.span_s = span_s
+        self.least_s = least_s
         self.own_step_s = own_step_s
 
 

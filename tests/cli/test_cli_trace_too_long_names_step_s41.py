@@ -31,13 +31,15 @@ def _finest(path, named: int) -> None:
     assert finer.value.field == "step"
 
 
-def test_backtest_at_a_step_too_fine_for_the_trace_names_the_finest_that_loads(tmp_path, capsys):
+def test_a_step_too_fine_for_the_trace_names_the_finest_that_loads(tmp_path):
+    """The loader's refusal; `forecast backtest`, whose bounds ask more, names its own step
+    (test_cli_backtest_too_long_names_its_step_s41.py)."""
     trace = tmp_path / "daily.csv"   # 69 days: 5,961,600 steps of 1s
     trace.write_text("timestamp,value\n" + "".join(f"{START + i * DAY},{5 + i % 3}\n" for i in range(70)))
-    assert main(["forecast", "backtest", "--trace", str(trace), "--step", "1s"]) == 2
-    err = capsys.readouterr().err
-    assert f"{trace}: field 'step': invalid value '0 days 00:00:01'" in err, err
-    assert _named(err) == 2
+    with pytest.raises(InputError) as refused:
+        load_demand(trace, "csv", step="1s")
+    assert str(refused.value).startswith(f"{trace}: field 'step': invalid value '0 days 00:00:01'"), refused.value
+    assert _named(str(refused.value)) == 2
     _finest(trace, 2)
 
 
