@@ -475,7 +475,18 @@ def _load_csv(path: str, step: pd.Timedelta | None, coarsen_to: float | None = N
 def _at_load_step(series: pd.Series, seconds: Decimal, step: pd.Timedelta | None, path: str, field: str, what: str,
                   coarsen_to: float | None) -> pd.Series:
     """`series`, a csv or ServeGen trace whose own step is `seconds` (`field`, `what`: as `own_step` names them),
-    resampled at the step it loads at (`_load_step`) and keeping its own (`_own_step_of`): one path for both."""
+    resampled at the step it loads at (`_load_step`) and keeping its own (`_own_step_of`): one path for both.
+
+    With `coarsen_to` (a simulator's trace) one observed only as 0 is refused as having no positive demand, read off
+    the rows before they are resampled: a --step told by a later refusal then refused it as this. Checked after the
+    resample, it came after the too-long refusal: a decade of zeros at `simulate --step 60` was told 'a --step of
+    at least 64 seconds loads it', and at --step 64 'no positive demand' (audit a3); an average of observed values
+    is positive where one of them is, so the rows say what the steps would."""
+    if coarsen_to is not None and series.notna().any() and not (series > 0).any():
+        # refused as too few steps or too long, it was told a --step that plays it, and at that --step refused as this
+        # (`balancer.app.scenarios.load_trace_shape`)
+        raise InputError(path, "value", "no positive demand", "a trace with positive demand values",
+                         detail="every observed value is 0")
     own = own_step(seconds, step, path, field, what, coarsen_to)
     out = _regular(series, _load_step(own, step, coarsen_to, path), "mean", path, coarsen_to, own)
     _own_step_of(out, own, what)
@@ -674,7 +685,8 @@ def load_demand(path: str | os.PathLike, fmt: str = "csv", step: str | None = No
     under 1s), averaged (a requests log counted) as at that `step`: a simulator playing the trace at its step reads
     it once. Loading it at its own step and again at the coarser one parsed a 5M-row log twice (about 10 s). With
     `coarsen_to`, a csv or ServeGen trace observed only as 0 is refused as having no positive demand before it is
-    refused as under two steps: the simulator plays it at no step (a requests log's rows are each a request)."""
+    refused as under two steps or too long (`_at_load_step`): the simulator plays it at no step (a requests log's
+    rows are each a request)."""
     path = str(path)
     if step is not None and coarsen_to is not None:
         raise TypeError("load_demand: step or coarsen_to, not both")
@@ -689,11 +701,6 @@ def load_demand(path: str | os.PathLike, fmt: str = "csv", step: str | None = No
         out = _load_servegen(path, td, _origin(origin, path), coarsen_to)
     else:
         out = _load_requests(path, td, coarsen_to)
-    if coarsen_to is not None and fmt != "requests" and out.notna().any() and not (out > 0).any():
-        # a simulator's trace (values 0 or empty) plays at no step: refused as too few steps here, it was told a
-        # --step that plays it, and at that --step refused as this (`balancer.app.scenarios.load_trace_shape`)
-        raise InputError(path, "value", "no positive demand", "a trace with positive demand values",
-                         detail="every observed value is 0")
     own_s = float(out.attrs.get("own_step_s", 60.0))   # a requests log's own step: 1 min
     at_own = {"own": step is None and (coarsen_to is None or own_s >= coarsen_to), "own_step_s": own_s}
     if len(out) < 2:

@@ -42,3 +42,15 @@ def test_a_trace_observed_only_as_zero_is_refused_as_no_demand_at_any_step(tmp_p
     err = capsys.readouterr().err
     assert f"{trace}: {NO_DEMAND}" in err, err
     assert "--step" not in err
+
+
+def test_a_decade_of_zeros_is_refused_as_no_demand_not_told_a_step(tmp_path, capsys):
+    """Too long at --step 60 (5,256,010 steps over its span), it was told 'a --step of at least 64 seconds loads it',
+    and at --step 64 refused as having no positive demand (audit a3): the rows are judged before they are resampled."""
+    trace = tmp_path / "decade.csv"
+    rows = [START + 30 * i for i in range(20)] + [START + 3650 * 86400]
+    trace.write_text("timestamp,value\n" + "".join(f"{t},0\n" for t in rows))
+    assert _simulate(tmp_path, trace, 60, "csv") == 2
+    err = capsys.readouterr().err
+    assert f"{trace}: {NO_DEMAND}" in err, err
+    assert "--step" not in err
