@@ -40,13 +40,13 @@ ends first), print each pod's node (or that none fits), exit.
 However slow the API server, a pass's reads end within 2 minutes and each pod's turn within 1
 (balancer/actuate/k8s_scheduler.py: a pod out of time waits for the next pass). SIGTERM / SIGINT stop the pass
 before its next read, pod or binding (never in the middle of one), then the Lease is released and the process
-exits: within `stop_budget_s` (90 s as deployed; the Deployment's terminationGracePeriodSeconds covers it). The metrics
-port serves `gputide_scheduler_*` series and the probes `/healthz` (the scheduler moved, a pass ended or its reads
-or a pod's turn began, within max(5 intervals, 5 min, those deadlines): 5 minutes as deployed) and `/readyz`. Exit
-codes: 0 ok, 2 bad input, 3 `--once` whose pass could not read the Kubernetes API, or, with `--leader-elect`, whose
-Lease could not be read or written (nothing bound; said with the API's error, not as another replica holding it) or
-which gave up behind another replica's Lease longer than it waits, neither renewed nor taken within the wait (nothing
-bound; said with the --interval that waits for it).
+exits: within `stop_budget_s` (100 s as deployed: the Deployment's terminationGracePeriodSeconds, 110 s, covers it
+with 10 s to spare). The metrics port serves `gputide_scheduler_*` series and the probes `/healthz` (the scheduler
+moved, a pass ended or its reads or a pod's turn began, within max(5 intervals, 5 min, those deadlines): 5 minutes as
+deployed) and `/readyz`. Exit codes: 0 ok, 2 bad input, 3 `--once` whose pass could not read the Kubernetes API, or,
+with `--leader-elect`, whose Lease could not be read or written (nothing bound; said with the API's error, not as
+another replica holding it) or which gave up behind another replica's Lease longer than it waits, neither renewed nor
+taken within the wait (nothing bound; said with the --interval that waits for it).
 """
 
 from __future__ import annotations

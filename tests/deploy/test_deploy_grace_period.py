@@ -24,6 +24,9 @@ from balancer.cmd.run import action_deadline, lease_elector
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "base"
 SLACK_S = 60   # the grace period is derived from the budget, not a guess far above it
+# and leaves this much over the budget: at equality a way out that took its whole budget met the SIGKILL with the
+# steps between its calls and the interpreter's exit still to go (240 s of 240 s once the release wrote again)
+MARGIN_S = 10
 
 
 def deployment(path: Path) -> dict:
@@ -56,9 +59,11 @@ def test_the_grace_period_outlasts_the_longest_action_and_the_lease_release():
     needed = stop_budget_s(deadline, lease)
     # the save and the release each after a renewal in flight, each written again once after SIGTERM: 6 + 6 calls
     assert needed == 180.0 + 12 * 5.0 == 240.0   # as deploy/base/controller.yaml's comment says
-    assert needed <= controller_pod()["terminationGracePeriodSeconds"] <= needed + SLACK_S
-    assert f"Lease released, each after a renewal in flight (12 calls x 5 s = 60 s): {needed:.0f} s" in (
-        BASE / "controller.yaml").read_text()
+    grace = controller_pod()["terminationGracePeriodSeconds"]
+    assert needed + MARGIN_S <= grace <= needed + SLACK_S
+    comment = re.sub(r"\s*#\s*", " ", (BASE / "controller.yaml").read_text())
+    assert f"Lease released, each after a renewal in flight (12 calls x 5 s = 60 s): {needed:.0f} s" in comment
+    assert f"stop_budget_s, and {grace - needed:.0f} s to spare" in comment and f"before SIGKILL: {grace} s" in comment
 
 
 def test_the_liveness_probe_allows_the_longest_action_and_the_manifest_says_so():

@@ -21,6 +21,9 @@ from balancer.cmd.schedule import stop_budget_s
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "components" / "scheduler" / "scheduler.yaml"
 SLACK_S = 60   # derived from the budget, not a guess far above it
+# and leaves this much over the budget: at equality a way out that took its whole budget met the SIGKILL with the
+# steps between its calls and the interpreter's exit still to go (100 s of 100 s once the release wrote again)
+MARGIN_S = 10
 
 
 def scheduler_pod() -> dict:
@@ -39,8 +42,10 @@ def test_the_grace_period_outlasts_the_longest_stretch_between_stop_checks_and_t
     # a turn and its Events outlast one read in flight (the reads' 120 s deadline no longer counts: each read is
     # begun only while not stopped); as the manifest's comment says
     assert needed == max(60.0 + 10.0, 43.5) + 6 * 5.0 == 100.0   # the release written again once after SIGTERM
-    assert needed <= scheduler_pod()["terminationGracePeriodSeconds"] <= needed + SLACK_S
+    grace = scheduler_pod()["terminationGracePeriodSeconds"]
+    assert needed + MARGIN_S <= grace <= needed + SLACK_S
     comment = re.sub(r"\s*#\s*", " ", MANIFEST.read_text())
     assert "(60 s: balancer/actuate/k8s_budget.py) and the Events to the pods it left unbound (10 s)" in comment
     assert "one read (4 tries x 10 s + backoff = 43.5 s)" in comment
     assert f"(6 calls x 5 s = 30 s): {needed:.0f} s, stop_budget_s" in comment
+    assert f"and {grace - needed:.0f} s to spare" in comment and f"before SIGKILL: {grace} s" in comment
