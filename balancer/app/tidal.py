@@ -51,7 +51,7 @@ from balancer.app.capacity_run import CapacityLoopPlanner
 from balancer.errors import InputError
 from balancer.forecast import load_demand
 from balancer.forecast.online import DemandForecaster
-from balancer.forecast.traces import mask_outages
+from balancer.forecast.traces import MAX_STEPS, TooLong, mask_outages, parse_step
 from balancer.model import ClusterSnapshot, Forecast
 from balancer.plan.baselines import ReactivePolicy, ReactiveState, plan_reactive, plan_static
 from balancer.plan.capacity import (
@@ -100,9 +100,18 @@ def safe_rate(mu: float, slo_s: float = SLO_S, base_s: float = BASE_S, eps: floa
 
 
 def load_trace(path: str | None, fmt: str | None = None, step: str = "10min") -> pd.Series:
+    """The trace at `step` (10 min: the scenario's own, whatever `simulate --step` is), outages interpolated. One too
+    long at it is refused as too long for the scenario: the loader's 'a --step of at least 800 seconds loads it'
+    named a --step, the simulator's, that the scenario never loads its trace at (audit a3)."""
     path = str(path or DEFAULT_TRACE)
     fmt = fmt or ("servegen" if Path(path).is_dir() else "csv")
-    y = load_demand(path, fmt, step=step)
+    try:
+        y = load_demand(path, fmt, step=step)
+    except TooLong as exc:
+        most = MAX_STEPS * parse_step(step).total_seconds()
+        raise InputError(path, "trace", f"a trace spanning {exc.span_s:.0f}s", f"a trace spanning at most {most:.0f}s "
+                         f"({most / 86400 / 365.25:.1f} years): the tidal scenario plays it at {step} steps, at most "
+                         f"{MAX_STEPS} of them, whatever --step") from exc
     y = mask_outages(y).interpolate(limit_direction="both")
     if not np.isfinite(y.to_numpy()).any() or float(y.max()) <= 0:
         raise InputError(path, "trace", "no positive demand", "a trace with positive demand")

@@ -1,0 +1,21 @@
+"""`simulate --scenario tidal` refuses a trace too long for the scenario as such (audit a3 of 5859090d): the tidal
+scenario loads its trace at 10-minute steps whatever --step is, so the loader's 'a --step of at least 800 seconds
+loads it' named a flag that changes nothing there."""
+
+from __future__ import annotations
+
+from balancer.cli import main
+
+
+def test_a_trace_too_long_for_tidal_is_refused_naming_its_span_and_the_most_it_plays(tmp_path, capsys):
+    trace = tmp_path / "long.csv"   # 1970 to 2096: 4e9 s, 6.7M steps of 10 min (at most 5M)
+    trace.write_text("timestamp,value\n0,5\n600,6\n1200,7\n4000000000,5\n")
+    code = main(["simulate", "--scenario", "tidal", "--policy", "static", "--days", "0.1", "--no-plots",
+                 "--out", str(tmp_path / "out"), "--trace", str(trace), "--step", "60"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert (f"{trace}: field 'trace': invalid value 'a trace spanning 4000000000s'; allowed: a trace spanning at most "
+            "3000000000s (95.1 years): the tidal scenario plays it at 10min steps, at most 5000000 of them, "
+            "whatever --step") in err, err
+    assert "--step of at least" not in err
