@@ -213,8 +213,11 @@ def _refuse_naming_a_coarser_step(path: str, fmt: str, step_s: float, own: TooFe
     trace's own (one at most its own loads it at its own, refused) up to `simulate`'s most, all judged from one more
     load, at 1s, not one load per candidate (`_plays_at`). A trace too long to load at 1s is left to `own`, as is
     one where no candidate can play, without that load: its own step 1s (a coarser step joins its 1s steps, under
-    two observed) or at least `simulate`'s most (no whole --step coarser). So is one with no positive demand (its
-    values all 0), which the --step named refused as such (told 'a --step of 30 seconds plays it', then refused)."""
+    two observed) or at least `simulate`'s most (no whole --step coarser). So is one whose steps at 1s are all 0,
+    which a --step named would play as no demand, refused then as such ('no positive demand'). Reached by a requests
+    log whose requests all lie in its first and last 1s steps, partly covered and so not observed (two requests 100 s
+    apart: 99 observed steps, each 0); a csv or ServeGen trace observed only as 0 never gets here, refused as such by
+    its load at `step_s` (`balancer.forecast.traces._at_load_step`)."""
     own_s = own.own_step_s   # a requests log's own step: 1 min
     if own_s == 1 or own_s >= MOST_STEP_S:
         return

@@ -313,13 +313,16 @@ def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "",
     naming the own step, '0 days 00:01:00', named a step the user never gave; audit a11), and the finest whole
     --step that loads it (`_least_loading`). `coarsen_to` is parsed here, on the refusal's path only, not once by the
     caller: `_load_step` parses it only where the trace loads at it, and parsed for every load, a `coarsen_to` under
-    1s or NaN (a `SimCluster` step of 0.5 s) would refuse a 60 s trace that loads at its own step (session 41).
+    1s or NaN (a `SimCluster` step of 0.5 s) would refuse a 60 s trace that loads at its own step (session 41). Such
+    a `coarsen_to` (not finite, or under 1s: API callers only, `simulate --step` is at least 1s) is not named: the
+    trace was refused at its own step (`_load_step`), which is; parsed, it replaced the too-long refusal with
+    "'0.5': a duration of at least 1s" (audit a3).
     The refusal is a `TooLong` carrying the span, that least step and `own` (the trace's own step, where a csv or
     ServeGen trace has one) for a caller whose own bounds ask a coarser step (`balancer.cmd.forecast`)."""
     series = series.sort_index()
     span = series.index[-1] - series.index[0] if len(series) else pd.Timedelta(0)
     if span / step > MAX_STEPS:
-        named = step if coarsen_to is None else parse_step(repr(float(coarsen_to)), file=path or None)
+        named = parse_step(repr(float(coarsen_to)), file=path or None) if _a_step(coarsen_to) else step
         least = _least_loading(span)
         raise TooLong(path or None, "step", str(named), f"a --step of at least {least} seconds loads it (a step "
                       f"giving at most {MAX_STEPS} steps over the trace's span)",
@@ -331,6 +334,11 @@ def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "",
     out.index.freq = step
     out.name = "demand_rps"
     return out
+
+
+def _a_step(coarsen_to: float | None) -> bool:
+    """Whether `coarsen_to` reads as a --step (finite, at least 1s), to name in `_regular`'s refusal."""
+    return coarsen_to is not None and math.isfinite(coarsen_to) and coarsen_to >= 1
 
 
 def _least_loading(span: pd.Timedelta) -> int:
