@@ -3,14 +3,15 @@ the Lease again after such a 409 and, its holder record unchanged, write again (
 label or annotation edited between its read and its write failed it, and the successor waited out a whole lease
 duration. It now writes again as a renewal does (the same helper), at most `TAKEOVER_CONFLICT_RETRIES` more times,
 after SIGTERM `STOPPED_SAVE_RETRIES` (SIGTERM's budget to exit: balancer/app/health.py); the Lease read again no
-longer ours (holder record changed), it gives up as before. The write again carries our ledger, so the successor
-inherits it. The leader is test_k8s_lease_exit_save.py's, its renewer ticked by hand."""
+longer ours (holder record changed), it gives up as before. The write again carries our ledger, over an edit that
+put another there, so the successor inherits ours. The leader is test_k8s_lease_exit_save.py's, its renewer ticked
+by hand."""
 
 from __future__ import annotations
 
 import pytest
 from fakeapi import FakeKube
-from test_k8s_lease_exit_save import LEASE, ME, NAME, NS, L, leading
+from test_k8s_lease_exit_save import LEASE, ME, NAME, NS, L, M, leading
 
 from balancer.actuate.k8s_leader import LEDGER_ANNOTATION, STOPPED_SAVE_RETRIES, TAKEOVER_CONFLICT_RETRIES
 from balancer.actuate.leader import LedgerNotSaved
@@ -20,6 +21,13 @@ def noted(kube: FakeKube) -> None:
     """An annotation edited on the Lease (its holder record unchanged): our write in flight gets a 409."""
     n = len(kube.calls("PUT", LEASE))
     kube.mutate("leases", NAME, NS, {"metadata": {"annotations": {"example.com/note": f"edit {n}"}}})
+
+
+def ledger_edited(kube: FakeKube) -> None:
+    """`noted`, the edit also putting another ledger (M) on the Lease: a write again that sent the annotations read
+    again as they are would hand M on, not ours (L). The note alone left L there, so it could not tell."""
+    noted(kube)
+    kube.mutate("leases", NAME, NS, {"metadata": {"annotations": {LEDGER_ANNOTATION: M}}})
 
 
 def on_lease(kube: FakeKube) -> tuple[str, str | None, str | None]:
@@ -36,10 +44,11 @@ def releases(kube: FakeKube, before: int) -> int:
 def test_an_annotation_edited_before_the_release_write_is_written_again_and_the_lease_released(kube, api, clock,
                                                                                                stop) -> None:
     elector, before = leading(api, clock, stop), len(kube.calls("PUT", LEASE))
-    kube.before("PUT", LEASE, lambda: noted(kube))
+    kube.before("PUT", LEASE, lambda: ledger_edited(kube))
     assert elector.release() is True   # was: False, the Lease left held until it expired
     assert releases(kube, before) == 2, "the 409's write, written again over the Lease read again"
-    assert on_lease(kube)[:2] == ("", L), "released, our ledger handed on"
+    assert kube.calls("PUT", LEASE)[-1].body["metadata"]["annotations"][LEDGER_ANNOTATION] == L
+    assert on_lease(kube)[:2] == ("", L), "released, our ledger handed on over the edit's M"
     assert on_lease(kube)[2] is not None, "the edit kept"
     assert not elector.is_leader and elector.last_failure is None
     elector.save_state(L)   # what the release wrote: said saved, no call
