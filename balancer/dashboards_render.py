@@ -43,10 +43,10 @@ titles, legendFormat, annotation names, units' `suffix:`, a heatmap's axisLabel,
 values in legends, tables and tick labels are Grafana's text, never mathtext. With it on, matplotlib read the text
 between two `$` as mathtext: `Rate over $__rate_interval on $node` failed the render with a ValueError, `GPU $gpu on
 $node` lost its `$` to italics. The setting is the rc_context's only: the caller's rcParams are left as they were.
-Rows' and panels' titles have their variables filled as Grafana fills them (`$node`, `${node}`, `[[node]]`: one
-`substitute` for queries and titles), with the variables' texts ("All", a node's name), not the PromQL regexes the
-queries get (`selections`): a title "GPUs on $node" reads "GPUs on node-a". The dashboard's own title is drawn as
-written.
+Rows' and panels' titles have their variables filled as Grafana fills them (`$node`, `${node}`, `[[node]]`,
+`${node:format}`: one `substitute` for queries and titles), with the variables' texts ("All", a node's name), not
+the PromQL regexes the queries get (`selections`): a title "GPUs on $node" reads "GPUs on node-a". The dashboard's
+own title is drawn as written.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -465,32 +466,44 @@ def load_dashboards(directory: Path, uid: str | None = None) -> list[tuple[str, 
 
 def resolve_variables(dashboard: dict, client: PromClient) -> dict[str, str]:
     """Each query variable's value in the queries (`interpolate`): a PromQL regex (`selections`)."""
-    return {name: value for name, (value, _) in selections(dashboard, client).items()}
+    return {name: chosen.value for name, chosen in selections(dashboard, client).items()}
 
 
-def selections(dashboard: dict, client: PromClient) -> dict[str, tuple[str, str]]:
-    """Each query variable as Grafana selects it on first load, by name: (its value in the queries, its text in the
-    titles). An "All" variable is its `allValue` in the queries and "All" in the titles; another is its first label
-    value, as a regex (`re.escape`) in the queries and as it is in the titles, or, without any, `.*` and "None" (the
-    option Grafana gives a query variable without values). Grafana fills titles with the text (`getDisplayTitle`'s
-    'text' format): a title "GPUs on $node" reads "GPUs on node-a", not "GPUs on node\\-a"."""
-    chosen: dict[str, tuple[str, str]] = {}
+@dataclass(frozen=True)
+class Selection:
+    """A query variable as selected (`selections`): `value`, in a query without a format (a PromQL regex, or an All
+    variable's `allValue`); `text`, in a title and for the `text` format; `picked`, the values selected as they are
+    named, which the other formats write (`substitute`); none for All or a variable without values."""
+
+    value: str
+    text: str
+    picked: tuple[str, ...] = ()
+
+
+def selections(dashboard: dict, client: PromClient) -> dict[str, Selection]:
+    """Each query variable as Grafana selects it on first load, by name (`Selection`). An "All" variable is its
+    `allValue` in the queries, whatever the format (as Grafana puts a custom `allValue`; `.*` where none is set), and
+    "All" in the titles; another is its first label value, as a regex (`re.escape`) in the queries and as it is in the
+    titles, or, without any, `.*` and "None" (the option Grafana gives a query variable without values). Grafana fills
+    titles with the text (`getDisplayTitle`'s 'text' format): a title "GPUs on $node" reads "GPUs on node-a", not
+    "GPUs on node\\-a"."""
+    chosen: dict[str, Selection] = {}
     for var in dashboard.get("templating", {}).get("list", []):
         if var.get("type") != "query":
             continue
         if var.get("includeAll"):
-            chosen[var["name"]] = (var.get("allValue") or ".*", "All")
+            chosen[var["name"]] = Selection(var.get("allValue") or ".*", "All")
             continue
         query = var.get("query")
         query = str(query.get("query", "") if isinstance(query, dict) else query)
         m = re.match(r"label_values\((.+),\s*(\w+)\)$", query.strip())
-        values = {name: value for name, (value, _) in chosen.items()}
-        options = client.label_values(interpolate(m[1], values, 60, 3600), m[2]) if m else []
-        chosen[var["name"]] = (re.escape(options[0]), options[0]) if options else (".*", "None")
+        options = client.label_values(interpolate(m[1], chosen, 60, 3600), m[2]) if m else []
+        chosen[var["name"]] = Selection(re.escape(options[0]), options[0], (options[0],)) if options else \
+            Selection(".*", "None")
     return chosen
 
 
-def interpolate(expr: str, variables: dict[str, str], step: int, range_s: int, scrape_s: int = 15) -> str:
+def interpolate(expr: str, variables: dict[str, str | Selection], step: int, range_s: int, scrape_s: int = 15) -> str:
     """`expr` as Grafana sends it: the variables' values and Grafana's built-in ones filled (`substitute`). The
     interval is the step (Grafana's `$__interval` is the step it asks Prometheus for), `_ms` the same in ms."""
     builtins = {
@@ -504,18 +517,60 @@ def interpolate(expr: str, variables: dict[str, str], step: int, range_s: int, s
     return substitute(expr, {**variables, **builtins})
 
 
-# A variable in Grafana's three forms, its name the whole word as Grafana's variable regex reads it: `$nodes` is no
-# `$node` and `s`, `$__range_s` no `$__range` and `_s`.
-_VARIABLE = re.compile(r"\$\{(\w+)\}|\[\[(\w+)\]\]|\$(\w+)")
+# A variable in Grafana's forms, as Grafana's variable regex reads them (ASCII `\w`, as JavaScript's): `$name`,
+# `[[name]]` and `[[name:format]]`, `${name}`, `${name.field}`, `${name:format}`, `${name.field:format}`. Its name is
+# the whole word: `$nodes` is no `$node` and `s`, `$__range_s` no `$__range` and `_s`.
+_VARIABLE = re.compile(r"\$(\w+)|\[\[(\w+?)(?::(\w+))?\]\]|\$\{(\w+)(?:\.([^:^}]+))?(?::([^}]+))?\}", re.ASCII)
 
 
-def substitute(text: str, values: dict[str, str]) -> str:
-    """`text` with each variable of `values` replaced, in Grafana's three forms: `${name}`, `[[name]]` (deprecated,
-    still replaced by Grafana) and `$name`, in one pass (a value is not read again for variables); a name not in
-    `values` is left as written. A query's (`interpolate`: the variables' values and the built-in ones) and a row's or
-    panel's title (`render_dashboard`: the variables' texts, `selections`; the built-in ones, `$__rate_interval` and
-    the like, are a query's)."""
-    return _VARIABLE.sub(lambda m: values.get(m[1] or m[2] or m[3], m[0]), text)
+def _regex_escaped(value: str) -> str:
+    return re.sub(r"[\\^$*+?.()|[\]{}/]", lambda m: "\\" + m[0], value)   # Grafana's escapeRegex
+
+
+def _quoted(quote: str, escaped: str) -> Callable[[tuple[str, ...]], str]:
+    return lambda vs: ",".join(quote + v.replace(quote, escaped) + quote for v in vs)
+
+
+# Grafana's formats (`${name:format}`) that write the values selected, as Grafana's format registry writes them: one
+# value, or several (an All variable without a custom allValue) joined as the format joins them.
+FORMATS: dict[str, Callable[[tuple[str, ...]], str]] = {
+    "regex": lambda vs: _regex_escaped(vs[0]) if len(vs) == 1 else "(" + "|".join(map(_regex_escaped, vs)) + ")",
+    "pipe": "|".join,
+    "raw": ",".join,
+    "csv": ",".join,
+    "glob": lambda vs: vs[0] if len(vs) == 1 else "{" + ",".join(vs) + "}",
+    "json": lambda vs: json.dumps(vs[0] if len(vs) == 1 else list(vs), separators=(",", ":"), ensure_ascii=False),
+    "doublequote": _quoted('"', '\\"'),
+    "singlequote": _quoted("'", "\\'"),
+    "sqlstring": _quoted("'", "''"),
+}
+
+
+def _formatted(chosen: str | Selection, fmt: str | None) -> str:
+    """A variable's value in `fmt` (`substitute`)."""
+    if isinstance(chosen, str):
+        return chosen
+    if fmt == "text":
+        return chosen.text
+    if fmt in FORMATS and chosen.picked:
+        return FORMATS[fmt](chosen.picked)
+    return chosen.value
+
+
+def substitute(text: str, values: dict[str, str | Selection], fmt: str | None = None) -> str:
+    """`text` with each variable of `values` replaced, in Grafana's forms (`_VARIABLE`: `$name`, `${name}`,
+    `[[name]]`, deprecated, still replaced by Grafana), in one pass (a value is not read again for variables); a name
+    not in `values` is left as written. A `Selection` is written in the form's format, else in `fmt` (None: its
+    `value`): `text` its text; one of `FORMATS` its values selected (an All variable, or one without values, its
+    `value` whatever the format, as Grafana leaves a custom allValue); another format (`queryparam`, `percentencode`,
+    `date`, ...) as no format. A `${name.field}`'s field is not read: Grafana reads one only of a scoped variable (a
+    repeat's, a data link's), none of a dashboard's. A plain string (a built-in variable's) is written as it is. A
+    query's (`interpolate`: the variables' values and the built-in ones) and a row's or panel's title
+    (`render_dashboard`: `fmt` "text"; the built-in ones, `$__rate_interval` and the like, are a query's)."""
+    def value(m: re.Match) -> str:
+        name = m[1] or m[2] or m[4]
+        return _formatted(values[name], m[3] or m[6] or fmt) if name in values else m[0]
+    return _VARIABLE.sub(value, text)
 
 
 def legend(fmt: str, labels: dict[str, str]) -> str:
@@ -626,9 +681,7 @@ HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile
 # draw at once in threads (`render` draws its dashboards one after another).
 @matplotlib.rc_context({"text.parse_math": False})
 def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: RenderReport, name: str) -> Path:
-    chosen = selections(dashboard, renderer.client)
-    variables = {var: value for var, (value, _) in chosen.items()}
-    texts = {var: text for var, (_, text) in chosen.items()}
+    variables = selections(dashboard, renderer.client)
     panels, headers = ([p for _, p in placed] for placed in layout(dashboard["panels"]))
     header = 2  # grid rows above the panels for the dashboard title
     rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels + headers), default=1) + header
@@ -643,16 +696,17 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
     report.markers[name] = [(n, colour, len(times)) for n, times, colour in annotations]
     report.empty_panels[name], report.series[name] = [], {}
     for row in headers:
-        _row_header(fig, substitute(row.get("title", ""), texts), (header + row["gridPos"]["y"]) / rows, 1 / rows)
+        title = substitute(row.get("title", ""), variables, "text")
+        _row_header(fig, title, (header + row["gridPos"]["y"]) / rows, 1 / rows)
     for panel in panels:
         g = panel["gridPos"]
         # a 1-column or 1-row panel (Grafana's least) is drawn small, not refused by matplotlib for its negative size
         ax = fig.add_axes((g["x"] / 24 + 0.03, 1 - (header + g["y"] + g["h"]) / rows + 0.25 / rows,
                            max(g["w"] / 24 - 0.05, 0.5 / 24), max(g["h"] - 1.1, 0.5) / rows))
         if is_library_panel(panel):
-            report.library_panels.setdefault(name, []).append(_library_placeholder(ax, panel, texts))
+            report.library_panels.setdefault(name, []).append(_library_placeholder(ax, panel, variables))
             continue
-        ax.set_title(substitute(panel.get("title", ""), texts), fontsize=9, loc="left")
+        ax.set_title(substitute(panel.get("title", ""), variables, "text"), fontsize=9, loc="left")
         if not shows_data(panel):   # a text panel, a clock: it never queries, no data to miss (--require-data)
             _placeholder(ax, f"{panel['type']} panel: runs no queries, not drawn here")
         else:
@@ -718,12 +772,12 @@ def _row_header(fig, title: str, top: float, grid_row: float) -> None:
             fontweight="bold", clip_on=True)
 
 
-def _library_placeholder(ax, panel: dict, texts: dict[str, str]) -> str:
+def _library_placeholder(ax, panel: dict, variables: dict[str, Selection]) -> str:
     """A library panel's box, saying what it is: its queries are in Grafana's library, not in the file. Its name, as
-    written (its title on the box with the variables' `texts` filled)."""
+    written (its title on the box with the variables' texts filled)."""
     ref = panel["libraryPanel"]
     title = panel.get("title") or ref.get("name") or ref.get("uid", "")
-    ax.set_title(substitute(title, texts), fontsize=9, loc="left")
+    ax.set_title(substitute(title, variables, "text"), fontsize=9, loc="left")
     _placeholder(ax, f"library panel {ref.get('uid', '')}\n(kept in Grafana's library, not drawn here)")
     return title
 
