@@ -88,7 +88,7 @@ class Holds:
         self.preemptor = Preemptor(api, scheduler_name, reservation_annotation, clock, halted=halted)
         # a victim whose unanswered eviction is found landed as its hold is released (a binding there, too) counts
         self.preemptor.on_landed = lambda victim, node: self.preempted.append((victim, node))
-        self.preemptor.on_gone = self._gone   # a victim an eviction finds gone: its room free for the pass (`_freed`)
+        self.preemptor.on_gone = self._gone   # a victim read gone (404): its room free for the pass (`_freed`)
         self.preemption, self.starving_s = preemption, starving_s
         self.preempted: list[tuple[str, str]] = []
         self.starving: list[tuple[str, str]] = []
@@ -97,7 +97,7 @@ class Holds:
         self._bound: Callable[[], Iterable[Usage]] = tuple
         self._by_node: dict[str, list[Usage]] | None = None
         self._evicted: dict[str, list[Usage]] = {}   # node -> the pods evicted from it in this pass (`_leaving`)
-        self._freed: dict[str, list[Usage]] = {}   # node -> its pods an eviction found gone in this pass (`_gone`)
+        self._freed: dict[str, list[Usage]] = {}   # node -> its pods read gone in this pass (`_gone`)
 
     def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
         """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere."""
@@ -603,15 +603,20 @@ class Holds:
         self._evicted.setdefault(node, []).extend(u for u in leaving if u.key not in freed)
 
     def _gone(self, victim: str, node: str) -> None:
-        """`victim`, bound on `node` as the pass listed it, found gone by an eviction (404, or gone after an earlier
-        unanswered eviction: `Evictions.gone`, `went`; `Preemptor.on_gone`): its room is free for the rest of the pass
-        (`_freed`, counted by every hold there, `_leaving`), as the eviction finds it, whatever the evictions after it
-        do. Counted only once the preemption's evictions had made something (`_off`), it was not where a later
-        eviction was refused and the preemption gave the node back: its room was counted as taken for the rest of the
-        pass, and another hold there, resumed after it and needing that room, was given back as though others took
-        the room. Such a victim stays among the bound pods (`_off` takes it off only where the preemption holds the
-        node, its room then the preemptor's): a pod preempting later in the pass may count its room as a victim's, its
-        eviction finding it gone."""
+        """`victim`, bound on `node` as the pass listed it, read gone (404; `Preemptor.on_gone`): by an eviction's read
+        (`Evictions.gone`, and the `went` that `_evict` finds gone after an earlier unanswered eviction), or by the
+        read of a victim whose eviction got no answer as its hold is given back (`Preemptor._went` at `release`:
+        `_room_taken`, `_clear_lower`; that hold no longer naming it, no other hold counts it as leaving). Its room is
+        free for the rest of the pass (`_freed`, counted by every hold there, `_leaving`), as it is found so, whatever
+        the evictions after it do. Not one found terminating (its room is the holds' that name it), nor one the pass's
+        list no longer shows (`_judge`'s found gone: its room is free in the view already); nothing before the pass
+        groups its bound pods (`_by_node`: a hold given back as the pass begins, `release_gone`). Counted only once
+        the preemption's evictions had made something (`_off`), it was not where a later eviction was refused and the
+        preemption gave the node back: its room was counted as taken for the rest of the pass, and another hold
+        there, resumed after it and needing that room, was given back as though others took the room. Such a victim
+        stays among the bound pods (`_off` takes it off only where the preemption holds the node, its room then the
+        preemptor's): a pod preempting later in the pass may count its room as a victim's, its eviction finding it
+        gone."""
         if self._by_node is None or any(u.key == victim for u in self._freed.get(node, ())):
             return
         self._freed.setdefault(node, []).extend(u for u in self._by_node.get(node, ()) if u.key == victim)
@@ -658,11 +663,12 @@ class Holds:
         that no longer holds. One a preemption's eviction found terminating (its owner deleting it since the list, so
         within its grace) is only waited for (`AWAITED`), and judged by that stale reading (not terminating) its room
         was not coming: another hold on the node resumed later in the pass was given back as though others took the room
-        it frees. One found gone by an eviction in the pass (`_freed`: 404, or gone after an earlier unanswered
-        eviction, `_gone`) is named by no hold (nothing to wait for), yet the pass's view of the node still counts its
-        room as taken: it is counted whatever names it, its room free, and once (one still among the bound pods, its
-        preemption given back, is not counted again as a hold's victim there). Counted only where named, it was not,
-        and such a hold was given back in the same pass as though others took the room."""
+        it frees. One read gone in the pass (`_freed`, `_gone`: by an eviction, 404, or gone after an earlier
+        unanswered eviction; or by the release's read of a victim in doubt, its hold given back) is named by no hold
+        (nothing to wait for), yet the pass's view of the node still counts its room as taken: it is counted whatever
+        names it, its room free, and once (one still among the bound pods, its preemption given back, is not counted
+        again as a hold's victim there). Counted only where named, it was not, and such a hold was given back in the
+        same pass as though others took the room."""
         named, sure = set(), set()   # named by a hold; named by one that does not only wait for it
         for e in node["reservations"].values():
             victims, waited = {k for f in (LEFT, EVICTED) for k in e.get(f) or ()}, set(awaited_of(e))

@@ -644,9 +644,11 @@ class Preemptor:
         self._doubts = Doubts()
         # told of each (victim, node) whose unanswered eviction a read at `release` finds landed (`k8s_holds` counts it)
         self.on_landed: Callable[[str, str], None] = lambda victim, node: None
-        # told of each (victim, node) an eviction finds gone already (`_evict`: 404, `Evictions.gone`, `went`) as it
-        # finds it, whatever the evictions after it do: its room is free (`k8s_holds` counts it for the rest of the
-        # pass), even where a later one fails and the preemption gives the node back (`preempt` then raises)
+        # told of each (victim, node) read gone (404) as it is found so, not one found terminating: by an eviction's
+        # read (`_evict`: `Evictions.gone`, and its `went`), whatever the evictions after it do, or by the read of a
+        # victim whose eviction got no answer (`_went`: at `release`, and `_judge`'s). Its room is free (`k8s_holds`
+        # counts it for the rest of the pass), even where a later eviction fails and the preemption gives the node
+        # back (`preempt` then raises), or where the hold naming it is given back
         self.on_gone: Callable[[str, str], None] = lambda victim, node: None
         # whether the cluster marks the pods the Eviction API deletes (`DisruptionTarget`, `BY_EVICTION_API`): learned
         # once a pod read carries it (`_not_evicted`), or set by the caller; a victim in doubt found terminating
@@ -1183,12 +1185,17 @@ class Preemptor:
         that eviction did not land, and it is forgotten uncounted, as one found still running `IN_FLIGHT_S` after the
         eviction is (within it, that eviction may still land: the doubt is kept). A read that fails raises
         (ActuationError), the doubt kept for the next pass (`_judge`). False for a victim it never asked to evict (not
-        read)."""
+        read). One found gone (404), landed or not, is told (`on_gone`): its room is free for the rest of the pass.
+        Read at `release` (a hold given back within the pass: `k8s_holds` `_room_taken`, `_clear_lower`), the pass's
+        list may still show it; told only as landed (`on_landed`), its room stayed taken for the rest of the pass, no
+        hold naming it any more, and another hold on `node` resumed after it and needing that room was given back as
+        though others took it. (`_judge`'s, which the pass's list no longer shows, frees nothing more there.)"""
         if self._doubts.get(key, node, victim).uid is None:
             return False
         try:
             pod = self._read(node, victim)
         except NotFoundError:
+            self.on_gone(victim, node)
             return self._landed(key, node, victim)
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             return self._landed(key, node, victim, pod)
