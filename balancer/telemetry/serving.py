@@ -32,10 +32,10 @@ def read_services(rows: list[dict], workloads: tuple[Workload, ...], slo_latency
                   ) -> tuple[dict[str, ServiceStatus], dict[str, str]]:
     """Instant-vector rows of `SERVING_SERIES` -> one status per service. Without a `gputide_inference_replicas`
     series (the replicas asked for: the sim exporter's, or a recording rule over kube-state-metrics'
-    `kube_deployment_spec_replicas`), a service counts the inference pods it owns on GPUs (pending ones are
-    invisible then; never 0 while pods run). A `service` label found with two `namespace` labels names two
-    services: both become `namespace/service`, as `KubernetesWorkloads` names such owners, instead of one
-    overwriting the other. Each keeps the namespace its series carry (where to scale it while no pod of it runs).
+    `kube_deployment_spec_replicas` or `kube_statefulset_replicas`), a service counts the inference pods it owns on
+    GPUs (pending ones are invisible then; never 0 while pods run). A `service` label found with two `namespace`
+    labels names two services: both become `namespace/service`, as `KubernetesWorkloads` names such owners, instead
+    of one overwriting the other. Each keeps the namespace its series carry (where to scale it while no pod of it runs).
     A service with serving series but no finite demand has no status: it is in the second mapping, with why where
     its series tell (`ClusterSnapshot.demand_unknown`). Read as 0 it would look idle, and the capacity planner would
     lend its GPUs away while its traffic is only unseen; so the capacity planner holds while a profiled one is
