@@ -159,10 +159,18 @@ def _on_loans(a: Action, gone: set[str]) -> TypeGuard[ScaleTraining]:
             and not set(filter(None, a.service.split(","))) <= gone)
 
 
-def _sends_nothing(a: Action) -> bool:
-    """Whether `a` goes only with loans (`_on_loans`), no part of it onto GPUs idle already (`Reconciler._idle_part`):
-    without its loans, nothing of it is sent."""
-    return _on_loans(a, set()) and not a.idle_workers
+def _idle_workers(a: ScaleTraining, min_gain: float) -> int:
+    """The workers of a growth into the GPUs of loans (`_on_loans`) that go without them (`Reconciler._idle_part`):
+    those GPUs idle already hold (`ScaleTraining.idle_workers`, the plan's count), where alone they meet the guard's
+    minimum gain (`min_gain`, `safety.minExpectedGain`); else none."""
+    return a.idle_workers if a.idle_gain >= min_gain else 0
+
+
+def _sends_nothing(a: Action, min_gain: float) -> bool:
+    """Whether `a` goes only with loans (`_on_loans`), no part of it onto GPUs idle already that meets `min_gain`
+    (`_idle_workers`): without its loans, nothing of it is sent. A cycle whose actions all send nothing reads no fresh
+    snapshot: read, and failing, it held fail-static a cycle that acts on nothing, its rejections unrecorded."""
+    return _on_loans(a, set()) and not _idle_workers(a, min_gain)
 
 
 def _is_loan(a: Action) -> TypeGuard[ScaleInference]:
@@ -358,7 +366,8 @@ class Reconciler:
             self.state = planner_mod.refuse(self.state, whole, now, targets=kept_off, guard=True)
             self.state = planner_mod.hold_back(self.state, held, now, before)   # a scale held back too (`_unsent`)
             refused = [a for a, exc in kept if not isinstance(exc, EmergencyStop)]
-            if all(map(_sends_nothing, review.accepted)):   # none, or growths alone into loans not accepted:
+            min_gain = self.guard.policy.min_expected_gain
+            if all(_sends_nothing(a, min_gain) for a in review.accepted):   # none, or growths into loans refused:
                 self._act(list(review.accepted), snap, rejected, now, done)   # each rejected, no fresh snapshot read
             else:
                 fresh = self._observe(now, "fresh snapshot before acting: ")
@@ -585,7 +594,7 @@ class Reconciler:
         whole, a growth onto an idle GPU and a loan's left the idle GPU idle for a cycle; the loan's part waits for
         the next plan, which grows into the loan's GPUs once the loan goes."""
         why = f"grows into GPUs that a loan of {a.service} frees, and that loan did not go"
-        part = a.idle_workers if a.idle_gain >= self.guard.policy.min_expected_gain else 0
+        part = _idle_workers(a, self.guard.policy.min_expected_gain)
         if part:
             why += f"; its +{part} workers on GPUs idle already sent alone"
         log.info("not sent %s: %s", a.describe(), why)

@@ -61,4 +61,35 @@ def test_an_idle_part_below_the_guards_minimum_gain_is_not_sent() -> None:
     report = rec.run_once()
     assert grows(report.plan.actions) == {"fast": (2, 5)}
     assert ("fast", "group_incomplete") in [(a.target, why) for a, why in report.rejected]
-    assert not grows(actuator.sent)
+    assert not grows(actuator.sent) and rec.source.reads == 1   # nothing to send: no fresh snapshot read
+
+
+class FailsFresh(Wide):
+    """`Wide`, its fresh snapshot before acting (the second read) failing."""
+
+    def snapshot(self):
+        if self.reads:
+            self.reads += 1
+            raise TimeoutError("prometheus did not answer")
+        return super().snapshot()
+
+
+def test_a_cycle_whose_idle_part_is_below_the_minimum_gain_reads_no_fresh_snapshot() -> None:
+    """Only an idle part the guard's minimum gain lets go is sent (`loop._idle_part`): a cycle whose growth has none
+    such sends nothing, and reads no fresh snapshot (`loop._sends_nothing`). Before, it read one, and when that read
+    failed the cycle held fail-static: the growth's rejection was neither audited nor counted."""
+    rec, _, clock = tide(Store(), refuse=True)
+    rec.source = Wide(clock)
+    growth = next(a for a in rec.run_once().plan.actions if isinstance(a, ScaleTraining))
+    rec, actuator, clock = tide(Store(), refuse=True)
+    rec.source, rec.audit = FailsFresh(clock), Audit()
+    rec.guard = RefusesLoans(replace(rec.guard.policy, min_expected_gain=(growth.idle_gain + growth.expected_gain) / 2))
+    report = rec.run_once()
+    assert report.status == "ok" and rec.source.reads == 1, report
+    assert [(a.target, why) for a, why in report.rejected] == [("chat", "cooldown"), ("fast", "group_incomplete")]
+    held = [r for r in rec.audit.records if r["outcome"] == "rejected:group_incomplete"]
+    assert len(held) == 1 and "sent alone" not in held[0]["detail"], rec.audit.records
+    assert rec.metrics.registry.get_sample_value("gputide_actions_rejected_total",
+                                                 {"reason": "group_incomplete"}) == 1
+    assert not actuator.sent
+
