@@ -555,17 +555,21 @@ class Reconciler:
         review, dropped on the fresh snapshot, or failed (an HPA KEDA keeps, RBAC) keeps its GPUs, and the growth's
         workers would wait pending on them (`_on_loans`; the plan orders loans first); the workers of it that GPUs
         idle already hold go alone (`_idle_part`). Not sent, it is not remembered: the next plan grows anew."""
-        gone = set[str]()
+        gone, min_gain = set[str](), self.guard.policy.min_expected_gain
         for i, planned in enumerate(actions):
-            a = self._idle_part(planned, rejected, now) if _on_loans(planned, gone) else planned
-            if a is None:
+            loaned = _on_loans(planned, gone)
+            if loaned and not _idle_workers(planned, min_gain):
+                self._idle_part(planned, rejected, now)   # rejected whole: nothing of it goes
                 continue
-            why = self._interruption()
+            why = self._interruption()   # before its idle part: a growth is rejected once, for what stops it
             if why is not None:
                 log.warning("%s: %s; %d planned actions not applied", why[0], why[1], len(actions) - i)
-                for skipped in [a, *actions[i + 1:]]:
+                for skipped in actions[i:]:
                     self._reject(skipped, *why, rejected, now)
                 break
+            a = self._idle_part(planned, rejected, now) if loaned else planned
+            if a is None:
+                continue
             self._progress(f"{a.kind} {a.target}")
             try:
                 res = self.actuator.apply(a, fresh)

@@ -10,6 +10,7 @@ T0+HOLD the tide grows it onto GPU 7 (idle) and the two GPUs chat's loan frees, 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 from balancer.model import ScaleTraining
@@ -93,3 +94,33 @@ def test_a_cycle_whose_idle_part_is_below_the_minimum_gain_reads_no_fresh_snapsh
                                                  {"reason": "group_incomplete"}) == 1
     assert not actuator.sent
 
+
+class StopsAtFresh(Wide):
+    """`Wide`, the controller told to stop (SIGTERM) as it reads the fresh snapshot before acting."""
+
+    def __init__(self, clock: list[float], stop: threading.Event) -> None:
+        super().__init__(clock)
+        self.stop = stop
+
+    def snapshot(self):
+        if self.reads:
+            self.stop.set()
+        return super().snapshot()
+
+
+def test_a_growth_with_an_idle_part_stopped_before_it_is_rejected_once() -> None:
+    """A stop checked before the growth rejects it whole, once (`shutting_down`). Before, its idle part was taken
+    first: the growth rejected as `group_incomplete` with its idle part "sent alone", then that part rejected as
+    `shutting_down`: two rejections counted for one growth, and an audit saying a part went that never did."""
+    rec, actuator, clock = tide(Store(), refuse=True)
+    stop = threading.Event()
+    rec.source, rec.audit = StopsAtFresh(clock, stop), Audit()
+    report = rec.run_once(stop)
+    assert grows(report.plan.actions) == {"fast": (2, 5)} and rec.source.reads == 2
+    assert [(a.target, why) for a, why in report.rejected] == [("chat", "cooldown"), ("fast", "shutting_down")]
+    assert grows(a for a, _ in report.rejected) == {"fast": (2, 5)}   # the growth as planned, not its idle part
+    count = rec.metrics.registry.get_sample_value
+    assert count("gputide_actions_rejected_total", {"reason": "shutting_down"}) == 1
+    assert not count("gputide_actions_rejected_total", {"reason": "group_incomplete"})
+    assert not any("sent alone" in r.get("detail", "") for r in rec.audit.records), rec.audit.records
+    assert not actuator.sent
