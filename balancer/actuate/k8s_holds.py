@@ -98,11 +98,12 @@ class Holds:
         self._by_node: dict[str, list[Usage]] | None = None
         self._evicted: dict[str, list[Usage]] = {}   # node -> the pods evicted from it in this pass (`_leaving`)
         self._freed: dict[str, list[Usage]] = {}   # node -> its pods read gone in this pass (`_gone`)
+        self._gone_early: list[tuple[str, str]] = []   # (victim, node) read gone before `_by_node` (`_gone`)
 
     def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
         """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere."""
         self.preempted, self.starving, self.stuck = [], [], []
-        self._bound, self._by_node, self._evicted, self._freed = bound, None, {}, {}
+        self._bound, self._by_node, self._evicted, self._freed, self._gone_early = bound, None, {}, {}, []
 
     def for_unplaced(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers, now: float) -> str:
         """For a pod no node has room for (`offers` was last asked about it): preempt, else hold a node if it
@@ -609,15 +610,22 @@ class Holds:
         `_room_taken`, `_clear_lower`; that hold no longer naming it, no other hold counts it as leaving). Its room is
         free for the rest of the pass (`_freed`, counted by every hold there, `_leaving`), as it is found so, whatever
         the evictions after it do. Not one found terminating (its room is the holds' that name it), nor one the pass's
-        list no longer shows (`_judge`'s found gone: its room is free in the view already); nothing before the pass
-        groups its bound pods (`_by_node`: a hold given back as the pass begins, `release_gone`). Counted only once
-        the preemption's evictions had made something (`_off`), it was not where a later eviction was refused and the
-        preemption gave the node back: its room was counted as taken for the rest of the pass, and another hold
-        there, resumed after it and needing that room, was given back as though others took the room. Such a victim
-        stays among the bound pods (`_off` takes it off only where the preemption holds the node, its room then the
-        preemptor's): a pod preempting later in the pass may count its room as a victim's, its eviction finding it
-        gone."""
-        if self._by_node is None or any(u.key == victim for u in self._freed.get(node, ())):
+        list no longer shows (`_judge`'s found gone: its room is free in the view already). One read gone before the
+        pass groups its bound pods (`_by_node`: a hold given back as the pass begins, `release_gone`, or for a pod
+        bound elsewhere before any pod fit nowhere, `release_elsewhere`) is remembered (`_gone_early`) and counted as
+        they are grouped (`_bound_by_node`); they are not grouped early for it, which would miss the pods bound later
+        in the pass. Dropped, its room stayed taken for the whole pass (the pass's list, read before the release,
+        still shows it), and a hold there resumed in the pass and needing that room was given back as though others
+        took it. Counted only once the preemption's evictions had made something (`_off`), it was not where a later
+        eviction was refused and the preemption gave the node back: its room was counted as taken for the rest of the
+        pass, and another hold there, resumed after it and needing that room, was given back as though others took
+        the room. Such a victim stays among the bound pods (`_off` takes it off only where the preemption holds the
+        node, its room then the preemptor's): a pod preempting later in the pass may count its room as a victim's, its
+        eviction finding it gone."""
+        if self._by_node is None:
+            self._gone_early.append((victim, node))
+            return
+        if any(u.key == victim for u in self._freed.get(node, ())):
             return
         self._freed.setdefault(node, []).extend(u for u in self._by_node.get(node, ()) if u.key == victim)
 
@@ -683,11 +691,14 @@ class Holds:
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
         pod fits nowhere. (The pods warned of for an unreadable `deletionTimestamp` were forgotten as the pass began,
-        before any is judged in it: `release_gone`.)"""
+        before any is judged in it: `release_gone`.) The victims read gone before they were grouped (`_gone_early`)
+        are counted free as they are."""
         if self._by_node is None:
             self._by_node = {}
             for u in self._bound():
                 self._by_node.setdefault(u.node, []).append(u)
+            for victim, node in self._gone_early:
+                self._gone(victim, node)
         return self._by_node
 
 
