@@ -101,7 +101,9 @@ class Holds:
         self._gone_early: list[tuple[str, str]] = []   # (victim, node) read gone before `_by_node` (`_gone`)
 
     def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
-        """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere."""
+        """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere, or by
+        `release_gone` in every pass with pending pods while some pod is warned of for an unreadable
+        `deletionTimestamp` (`UnreadEnds.keep`)."""
         self.preempted, self.starving, self.stuck = [], [], []
         self._bound, self._by_node, self._evicted, self._freed, self._gone_early = bound, None, {}, {}, []
 

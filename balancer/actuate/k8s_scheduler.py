@@ -280,7 +280,9 @@ class SecondaryScheduler(Binder, SchedulerReads):
 
     def _read_pass(self) -> tuple[list[Json], _Pass | None]:
         """The pass's reads: its pending pods, and (only when there are some) what the pass is made of; each read
-        begun only while not `halted()` (else `PassStopped`)."""
+        begun only while not `halted()` (else `PassStopped`). A pass with none returns before `release_gone`, so a pod
+        warned of for an unreadable `deletionTimestamp`, fixed and broken again only while nothing is pending, is not
+        warned of again (`UnreadEnds.keep` forgets it only in a pass that reads the bound pods)."""
         with self.api.deadline(self.reads_s, reserve_s=0.0):   # out of time: the pass fails, the next one reads again
             pending = self.pending()
             self.tell.keep(r["name"] for r in pending)
