@@ -46,7 +46,8 @@ $node` lost its `$` to italics. The setting is the rc_context's only: the caller
 Rows' and panels' titles have their variables filled as Grafana fills them (`$node`, `${node}`, `[[node]]`,
 `${node:format}`: one `substitute` for queries and titles), with the variables' texts ("All", a node's name), not
 the PromQL regexes the queries get (`selections`): a title "GPUs on $node" reads "GPUs on node-a". The dashboard's
-own title is drawn as written.
+own title is drawn as written. A panel or row repeated for a variable is drawn once, holding every series, its
+title naming the values selected (`repeat_title`).
 """
 
 from __future__ import annotations
@@ -478,29 +479,125 @@ class Selection:
     value: str
     text: str
     picked: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()   # every value it resolved to (for All: only where a panel or row repeats for it)
 
 
-def selections(dashboard: dict, client: PromClient) -> dict[str, Selection]:
+def selections(dashboard: dict, client: PromClient, window: tuple[float | None, int, int] = (None, 3600, 60)
+               ) -> dict[str, Selection]:
     """Each query variable as Grafana selects it on first load, by name (`Selection`). An "All" variable is its
     `allValue` in the queries, whatever the format (as Grafana puts a custom `allValue`; `.*` where none is set), and
-    "All" in the titles; another is its first label value, as a regex (`re.escape`) in the queries and as it is in the
-    titles, or, without any, `.*` and "None" (the option Grafana gives a query variable without values). Grafana fills
-    titles with the text (`getDisplayTitle`'s 'text' format): a title "GPUs on $node" reads "GPUs on node-a", not
-    "GPUs on node\\-a"."""
+    "All" in the titles; another is its first value (`_options`), as a regex (`re.escape`) in the queries and as it is
+    in the titles, or, without any, `.*` and "None" (the option Grafana gives a query variable without values).
+    Grafana fills titles with the text (`getDisplayTitle`'s 'text' format): a title "GPUs on $node" reads "GPUs on
+    node-a", not "GPUs on node\\-a". A panel or row repeated for a variable (`repeat`) is one copy per value
+    selected in Grafana, each titled with its value, and one here, holding every series: its title has the values
+    selected joined by ", " (`repeat_title`), every value the variable resolves to for All (so an All variable that
+    something repeats for is resolved too), as written without any. `window`: (end, range_s, step) of the render,
+    for the variables' own queries (`_options`; end None: now)."""
+    repeated = {name for names in repeats(dashboard.get("panels", [])).values() for name in names}
     chosen: dict[str, Selection] = {}
-    for var in dashboard.get("templating", {}).get("list", []):
+    for i, var in enumerate(dashboard.get("templating", {}).get("list", [])):
         if var.get("type") != "query":
             continue
-        if var.get("includeAll"):
-            chosen[var["name"]] = Selection(var.get("allValue") or ".*", "All")
-            continue
-        query = var.get("query")
-        query = str(query.get("query", "") if isinstance(query, dict) else query)
-        m = re.match(r"label_values\((.+),\s*(\w+)\)$", query.strip())
-        options = client.label_values(interpolate(m[1], chosen, 60, 3600), m[2]) if m else []
-        chosen[var["name"]] = Selection(re.escape(options[0]), options[0], (options[0],)) if options else \
-            Selection(".*", "None")
+        everything, where = var.get("includeAll"), f"dashboard {dashboard.get('uid')!r}: templating.list[{i}].regex"
+        options = tuple(_options(var, chosen, client, window, where)) if not everything or var["name"] in repeated \
+            else ()
+        if everything:
+            chosen[var["name"]] = Selection(var.get("allValue") or ".*", "All", (), options)
+        elif options:
+            chosen[var["name"]] = Selection(re.escape(options[0]), options[0], options[:1], options)
+        else:
+            chosen[var["name"]] = Selection(".*", "None")
     return chosen
+
+
+def _options(var: dict, chosen: dict[str, Selection], client: PromClient, window: tuple[float | None, int, int],
+             where: str) -> list[str]:
+    """The values a query variable resolves to, as Grafana's Prometheus variable queries give them:
+    `label_values(series, label)` (the label's values, sorted), `query_result(query)` (each series of the instant
+    query at the render's end as Grafana writes it, `name{label="value",...} value timestamp_ms`), then the
+    variable's `regex` (`_matched`; one Python cannot read refused, naming `where`); any other query resolves to none.
+    Not re-sorted by the variable's `sort`."""
+    query = var.get("query")
+    query = str(query.get("query", "") if isinstance(query, dict) else query).strip()
+    end, range_s, step = window
+    if m := re.match(r"label_values\((.+),\s*(\w+)\)$", query):
+        found = client.label_values(interpolate(m[1], chosen, step, range_s), m[2])
+    elif m := re.match(r"query_result\((.+)\)$", query, re.DOTALL):
+        at = time.time() if end is None else end
+        found = [_result_text(s) for s in client.query_range(interpolate(m[1], chosen, step, range_s), at, at, step)
+                 if len(s.values)]
+    else:
+        return []
+    return _matched(found, var.get("regex") or "", where)
+
+
+def _result_text(series: Series) -> str:
+    """A series of a `query_result` variable's answer as Grafana writes it for the variable's regex."""
+    labels = ",".join(f'{k}="{v}"' for k, v in series.labels.items() if k != "__name__")
+    value = np.format_float_positional(series.values[-1], trim="-")
+    return f"{series.labels.get('__name__', '')}{{{labels}}} {value} {int(series.times[-1] * 1000)}"
+
+
+def _matched(found: list[str], regex: str, where: str) -> list[str]:
+    """`found` through a variable's `regex` as Grafana reads it (`/pattern/flags`, else the whole text): a value
+    that does not match is left out; one that does is its `value` (or `text`) group, else its first group, else as
+    it is. Without a regex, each as it is; once each, in order. (A `g` flag's many matches are read as one.)"""
+    pattern = _js_regex(regex, where) if regex else None
+    out: list[str] = []
+    for item in found:
+        if pattern:
+            m = pattern.search(item)
+            if not m:
+                continue
+            groups = m.groupdict()
+            item = groups.get("value") or groups.get("text") or (m[1] if m.re.groups else None) or item
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def _js_regex(regex: str, where: str) -> re.Pattern:
+    m = re.fullmatch(r"/(.*)/(\w*)", regex, re.DOTALL)
+    pattern, flags = (m[1], m[2]) if m else (f"^{regex}$", "")
+    pattern = re.sub(r"\(\?<(?=[A-Za-z_])", "(?P<", pattern)   # JavaScript's named groups
+    try:
+        return re.compile(pattern, re.ASCII | (re.IGNORECASE if "i" in flags else 0) | (re.MULTILINE if "m" in flags
+                          else 0) | (re.DOTALL if "s" in flags else 0))
+    except re.error as exc:
+        raise InputError(None, where, regex, "a JavaScript regex, /pattern/flags, that Python's re reads too",
+                         str(exc)) from exc
+
+
+def repeats(panels: list[dict]) -> dict[str, tuple[str, ...]]:
+    """The variables each panel and row (by where it is in the file, as `layout` names them) is repeated for: its own
+    `repeat`, and its row's (an open row's panels are those below it up to the next row; a collapsed row's, inside
+    it)."""
+    out: dict[str, tuple[str, ...]] = {}
+    row: str | None = None
+    for i, panel in enumerate(panels):
+        own = panel.get("repeat") or None
+        if panel.get("type") != "row":
+            out[f"panels[{i}]"] = tuple(dict.fromkeys(v for v in (own, row) if v))
+            continue
+        out[f"panels[{i}]"] = (own,) if own else ()
+        for j, inner in enumerate(panel.get("panels") or []):
+            out[f"panels[{i}].panels[{j}]"] = tuple(dict.fromkeys(v for v in (inner.get("repeat"), own) if v))
+        row = None if panel.get("collapsed") else own
+    return out
+
+
+def repeat_title(title: str, variables: dict[str, Selection], repeated: tuple[str, ...]) -> str:
+    """A row's or panel's title as drawn (`substitute`, its variables' texts), a variable it repeats for
+    (`repeats`) filled with the values selected joined by ", " (every value resolved for All: `selections`), or left
+    as written where it has none."""
+    shown = dict(variables)
+    for name in repeated:
+        chosen = shown.pop(name, None)
+        values = chosen and (chosen.picked or chosen.options)
+        if values:
+            shown[name] = Selection(", ".join(values), ", ".join(values), values)
+    return substitute(title, shown, "text")
 
 
 def interpolate(expr: str, variables: dict[str, str | Selection], step: int, range_s: int, scrape_s: int = 15) -> str:
@@ -681,10 +778,12 @@ HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile
 # draw at once in threads (`render` draws its dashboards one after another).
 @matplotlib.rc_context({"text.parse_math": False})
 def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: RenderReport, name: str) -> Path:
-    variables = selections(dashboard, renderer.client)
-    panels, headers = ([p for _, p in placed] for placed in layout(dashboard["panels"]))
+    window = (renderer.end, int(renderer.end - renderer.start), renderer.step)
+    variables = selections(dashboard, renderer.client, window)
+    placed, headers = layout(dashboard["panels"])
+    repeated = repeats(dashboard["panels"])
     header = 2  # grid rows above the panels for the dashboard title
-    rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels + headers), default=1) + header
+    rows = max((p["gridPos"]["y"] + p["gridPos"]["h"] for _, p in placed + headers), default=1) + header
     fig = Figure(figsize=(22, max(4.0, rows * 0.45)))
     fig.suptitle(f"{dashboard.get('title')} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime(renderer.end))} UTC)",
                  fontsize=14, y=1 - 0.5 / rows)
@@ -695,18 +794,19 @@ def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: Re
         annotations.append((ann.get("name", "annotation"), times, annotation_colour(ann.get("iconColor"), i)))
     report.markers[name] = [(n, colour, len(times)) for n, times, colour in annotations]
     report.empty_panels[name], report.series[name] = [], {}
-    for row in headers:
-        title = substitute(row.get("title", ""), variables, "text")
+    for where, row in headers:
+        title = repeat_title(row.get("title", ""), variables, repeated.get(where, ()))
         _row_header(fig, title, (header + row["gridPos"]["y"]) / rows, 1 / rows)
-    for panel in panels:
-        g = panel["gridPos"]
+    for where, panel in placed:
+        g, title = panel["gridPos"], repeat_title(panel.get("title", ""), variables, repeated.get(where, ()))
         # a 1-column or 1-row panel (Grafana's least) is drawn small, not refused by matplotlib for its negative size
         ax = fig.add_axes((g["x"] / 24 + 0.03, 1 - (header + g["y"] + g["h"]) / rows + 0.25 / rows,
                            max(g["w"] / 24 - 0.05, 0.5 / 24), max(g["h"] - 1.1, 0.5) / rows))
         if is_library_panel(panel):
-            report.library_panels.setdefault(name, []).append(_library_placeholder(ax, panel, variables))
+            written = _library_placeholder(ax, panel, variables, repeated.get(where, ()))
+            report.library_panels.setdefault(name, []).append(written)
             continue
-        ax.set_title(substitute(panel.get("title", ""), variables, "text"), fontsize=9, loc="left")
+        ax.set_title(title, fontsize=9, loc="left")
         if not shows_data(panel):   # a text panel, a clock: it never queries, no data to miss (--require-data)
             _placeholder(ax, f"{panel['type']} panel: runs no queries, not drawn here")
         else:
@@ -772,12 +872,12 @@ def _row_header(fig, title: str, top: float, grid_row: float) -> None:
             fontweight="bold", clip_on=True)
 
 
-def _library_placeholder(ax, panel: dict, variables: dict[str, Selection]) -> str:
+def _library_placeholder(ax, panel: dict, variables: dict[str, Selection], repeated: tuple[str, ...]) -> str:
     """A library panel's box, saying what it is: its queries are in Grafana's library, not in the file. Its name, as
-    written (its title on the box with the variables' texts filled)."""
+    written (on the box with its variables filled, `repeat_title`)."""
     ref = panel["libraryPanel"]
     title = panel.get("title") or ref.get("name") or ref.get("uid", "")
-    ax.set_title(substitute(title, variables, "text"), fontsize=9, loc="left")
+    ax.set_title(repeat_title(title, variables, repeated), fontsize=9, loc="left")
     _placeholder(ax, f"library panel {ref.get('uid', '')}\n(kept in Grafana's library, not drawn here)")
     return title
 

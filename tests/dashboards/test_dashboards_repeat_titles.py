@@ -1,0 +1,91 @@
+"""A panel or row repeated for a variable (`repeat`) is one copy per value in Grafana, each titled with its value;
+the PNG draws one panel holding every series, and titled it "Demand vs forecast: All" (tidal-capacity), which
+Grafana never shows. Its title now has the values selected joined by ", ": every value the variable resolves to for
+All, the one picked otherwise, the variable as written where it has none."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_dashboards_title_variables import render_titles
+
+from balancer import dashboards_render as dr
+from balancer.dashboards_draw import Series
+from balancer.errors import InputError
+
+GRID = {"x": 0, "y": 1, "w": 6, "h": 8}
+TEMPLATING = {"list": [
+    {"name": "cluster", "type": "query", "includeAll": True, "allValue": ".*",
+     "query": "label_values(gpu:temp, cluster)"},
+    {"name": "node", "type": "query", "query": "label_values(gpu:temp, hostname)"},
+    {"name": "pool", "type": "query", "includeAll": True, "query": "label_values(gpu:temp, pool)"},   # no values
+]}
+PANELS = [
+    {"type": "row", "title": "GPUs on $node", "repeat": "node", "gridPos": {"x": 0, "y": 0, "w": 24, "h": 1}},
+    {"type": "stat", "title": "$node in $cluster", "gridPos": GRID, "targets": [{"expr": "gpu:temp"}]},
+    {"type": "row", "title": "Clusters", "gridPos": {"x": 0, "y": 9, "w": 24, "h": 1}},
+    {"type": "stat", "title": "${cluster} fleet on $node", "repeat": "cluster", "gridPos": GRID | {"y": 10},
+     "targets": [{"expr": "gpu:temp"}]},
+    {"type": "text", "title": "Pool $pool in $cluster", "repeat": "pool", "gridPos": GRID | {"x": 6, "y": 10}},
+    {"type": "row", "title": "Per $cluster", "repeat": "cluster", "collapsed": True,
+     "gridPos": {"x": 0, "y": 18, "w": 24, "h": 1},
+     "panels": [{"type": "text", "title": "In $cluster", "gridPos": GRID | {"y": 19}}]},
+]
+VALUES = {"cluster": ["c2", "c1"], "hostname": ["node-a", "node-b"]}
+
+
+def test_repeated_rows_and_panels_are_titled_with_the_values_selected(monkeypatch, tmp_path):
+    """A repeated All variable: every value it resolves to (in its order); a repeated one-value variable: that value,
+    and so for the panels of a repeated row, open or collapsed; a repeated variable without values: as written; a
+    variable not repeated for: its text, All."""
+    board = {"title": "t", "panels": PANELS, "templating": TEMPLATING}
+    report, _, titles, rows = render_titles(monkeypatch, tmp_path, board, VALUES)
+    assert rows == ["GPUs on node-a", "Clusters", "Per c2, c1"]
+    assert titles == ["node-a in All", "c2, c1 fleet on node-a", "Pool $pool in All", "In c2, c1"]
+    assert list(report.series["board"]) == ["$node in $cluster", "${cluster} fleet on $node"]
+
+
+class _Answers:
+    """A Prometheus answering each instant query with one series per service, as a query_result variable reads it."""
+
+    def __init__(self, services: list[str]) -> None:
+        self.services, self.asked = services, []
+
+    def query_range(self, expr: str, start: float, end: float, step: int) -> list[Series]:
+        self.asked.append((expr, start, end))
+        return [Series({"service": s, "cluster": "c1"}, np.array([end]), np.array([1.0])) for s in self.services]
+
+    def label_values(self, match: str, label: str) -> list[str]:
+        return ["c1"]
+
+
+def test_tidal_capacitys_demand_panel_is_titled_with_every_service_it_draws():
+    """The committed dashboard's repeated panel: its `service` variable is All, a query_result read through the
+    variable's regex at the render's end, over its range; the title names every service, not "All"."""
+    board = json.loads((dr.DEFAULT_DASHBOARDS_DIR / "tidal-capacity.json").read_text())
+    prometheus = _Answers(["batch", "team-a/chat"])
+    chosen = dr.selections(board, prometheus, (1_700_000_000.0, 7200, 60))
+    assert (chosen["service"].value, chosen["service"].options) == (".*", ("batch", "team-a/chat"))
+    ((expr, start, end),) = prometheus.asked
+    assert (start, end) == (1_700_000_000.0, 1_700_000_000.0) and "[7200s]" in expr and "$" not in expr.split('"$1"')[0]
+    ((where, panel),) = [(w, p) for w, p in dr.layout(board["panels"])[0] if p.get("repeat")]
+    title = dr.repeat_title(panel["title"], chosen, dr.repeats(board["panels"])[where])
+    assert title == "Demand vs forecast: batch, team-a/chat"
+    assert dr.repeat_title(panel["title"], dr.selections(board, _Answers([])), ("service",)) == panel["title"]
+
+
+def test_a_variables_regex_picks_its_values_as_grafana_reads_it():
+    found = ['x{service="a"} 1 2', 'x{service="b"} 1 2', 'y{other="c"} 1 2', 'x{service="a"} 3 4']
+    assert dr._matched(found, '/service="([^"]+)"/', "v") == ["a", "b"]
+    assert dr._matched(found, '/(?<text>x)\\{service="(?<value>[^"]+)"/', "v") == ["a", "b"]
+    assert dr._matched(["node-a", "Node-b", "gpu-c"], "/^node/i", "v") == ["node-a", "Node-b"]
+    assert dr._matched(["node-a", "node-ab"], "node-a", "v") == ["node-a"]   # no slashes: the whole text
+
+
+def test_a_variables_regex_python_cannot_read_is_refused_naming_it():
+    board = {"uid": "b", "panels": [], "templating": {"list": [
+        {"name": "node", "type": "query", "query": "label_values(x, hostname)", "regex": "/(?<=a+)b/"}]}}
+    with pytest.raises(InputError, match=r"dashboard 'b': templating.list\[0\].regex.*'/\(\?<=a\+\)b/'"):
+        dr.selections(board, _Answers([]))
