@@ -240,9 +240,6 @@ class LeaseLeaderElector:
         try:
             lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
         except NotFoundError:
-            if save:   # deleted: nobody's, and a save takes no Lease (`save_state`); the loop's ask creates it
-                self._renewed_at = None
-                return False
             body = self._body({}, self._spec(now, now, 0, self.identity, self.lease_duration_s))
             created = self._write(what, tick, self.api.coordination.create_namespaced_lease, self.namespace, body)
             self.terms += self.last_failure is None   # created: True from a 503 is the lead kept, not a Lease taken
@@ -511,12 +508,11 @@ class LeaseLeaderElector:
         asks renew it) the save is the try: a lead that merely ran out its renew deadline between two asks (a long
         cycle), the Lease still ours and holding the ledger, was refused with no call, and `run --once` exited
         saying its successor inherits an older ledger. A save's try renews a Lease we hold, never takes one over (a
-        takeover is the loop's ask, `try_acquire`): a Lease released (holder "") or another's, or deleted, is
-        `not_leader`, no write, the lead dropped, as `InMemoryLeaderElector` refuses a Lease it does not hold
-        (created by a save, a deleted Lease got us a new term); taken over by a save, a released Lease got us as
-        holder and a new term, our ledger dropped for the one found (`_state` None), while the save raised
-        `not_leader` and said its ledger kept. A try that raises other than `ActuationError` raises `LedgerNotSaved`
-        (`error`) from it: a ValueError out of a reply was counted `invalid`, a ledger that cannot
+        takeover is the loop's ask, `try_acquire`): a Lease released (holder "") or another's is `not_leader`, no
+        write, as `InMemoryLeaderElector` refuses a Lease it does not hold; taken over by a save, a released Lease
+        got us as holder and a new term, our ledger dropped for the one found (`_state` None), while the save
+        raised `not_leader` and said its ledger kept. A try that raises other than `ActuationError` raises
+        `LedgerNotSaved` (`error`) from it: a ValueError out of a reply was counted `invalid`, a ledger that cannot
         be cut to fit. After SIGTERM (`stop_when`) its write again after a 409 is still made, once (`_ends_try`).
         After `release()` no try (a save takes no Lease back): a ledger that release wrote onto the Lease (`_released`,
         the text of a save that failed before it: `run --once`'s exit save answered 409 twice after SIGTERM) is
