@@ -7,6 +7,8 @@ the way the action would change the cluster, after checking the hard constraints
 * nothing over-committed: a GPU's milli-GPUs stay <= 1000 and its memory <= its total;
 * no action leaves a workload without a place to run: a migration's target must fit (it is reserved before the
   source is released), scale-downs respect the job's elastic minimum;
+* a resize names a training job the snapshot knows: one with workers placed, or one it lists suspended (0 workers,
+  `ClusterSnapshot.suspended_jobs`), whose resume is a growth from 0;
 * a power limit stays within the GPU's [minimum, TDP] range.
 
 Temperatures use a first-order thermal model fitted to what the GPU shows now: an effective thermal resistance
@@ -109,6 +111,12 @@ class Projection:
         self.power = power.copy()
         self.limit = np.clip(s.power_limit_w, self.pmin, self.tdp)
         self.milli, declared, self.workers = gpu_usage(s)
+        # a job suspended to 0 workers has no pods, so no placement counts it; the snapshot lists it
+        # (`ClusterSnapshot.suspended_jobs`) and it is known here with 0 workers: its resume (0 -> k) fits. Counted
+        # from the placements alone, the loop's check on the fresh snapshot refused every resume as "no such training
+        # job" (stale_plan), and a job the capacity planner suspended never grew back
+        for job in s.suspended_jobs or ():
+            self.workers.setdefault(job.name, 0)
         self.mem = np.maximum(declared, s.mem_used_mib.astype(float))
         self.mem_total = s.mem_total_mib.astype(float)
         self.placements = dict(s.placements)

@@ -1,0 +1,89 @@
+"""The loop's check on the fresh snapshot before acting lets a suspended training job resume.
+
+The capacity planner may suspend an elastic job (0 workers) when the sources list suspended jobs
+(`ClusterSnapshot.suspended_jobs`), and resumes it later onto idle GPUs (`ScaleTraining` 0 -> k). Such a job has no
+pods, so the projection the loop checks each action against (`Projection` on the fresh snapshot) counted no worker of
+it and refused the resume as "no such training job" (stale_plan): a suspended job never grew back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from loop_helpers import make_fleet, snapshot, workload
+from test_loop_held_back_move import Sent
+from test_loop_metrics import Source
+
+from balancer import config
+from balancer.actuate.base import Outcome
+from balancer.actuate.sim import SimActuator
+from balancer.app import scenarios, tidal
+from balancer.inventory import SuspendedJob
+from balancer.loop import Reconciler
+from balancer.model import Forecast, Plan, ScaleTraining
+from balancer.plan import planner as planner_mod
+from balancer.plan.capacity import CapacityPolicy
+from balancer.plan.capacity_loop import plan_with_capacity
+from balancer.telemetry.sim import SimTelemetrySource
+
+SUSPENDED = SuspendedJob(name="job", namespace="training", elastic_min=1, elastic_max=4)
+# GPUs 1-7 idle: one service replica on GPU 0, the job suspended (no pods)
+SNAP = replace(snapshot(make_fleet(2, 4), workloads=[(workload("svc-0"), (0,))], age=0.0),
+               suspended_jobs=(SUSPENDED,))
+
+
+def resume(job: str) -> ScaleTraining:
+    return ScaleTraining(job=job, workers=3, previous_workers=0, reason="loan idle GPUs to training",
+                         cause="loan", expected_gain=2.0)
+
+
+def cycle(actions):
+    actuator = Sent()
+    rec = Reconciler(source=Source(SNAP), actuator=actuator, clock=lambda: SNAP.time,
+                     planner=lambda snap, forecasts, policy, state: (Plan(actions=tuple(actions)), state))
+    report = rec.run_once()
+    assert report.status == "ok", report.reason
+    return report, actuator.sent
+
+
+def test_a_suspended_job_is_resumed_not_rejected_as_stale():
+    report, applied = cycle([resume("job"), resume("gone")])
+    assert applied == [resume("job")]
+    assert [(r.action.job, r.outcome) for r in report.results] == [("job", Outcome.APPLIED)]
+    # a job the fresh snapshot neither runs nor lists suspended (deleted meanwhile) is still refused
+    assert [(a.job, why) for a, why in report.rejected] == [("gone", "stale_plan")]
+
+
+@pytest.fixture(scope="module")
+def tide():
+    sim, _events, _days = scenarios.build("tidal", days=1)
+    return sim, tidal.context(sim)
+
+
+def test_the_capacity_planner_resumes_a_job_suspended_on_the_simulator_through_the_loop(tide):
+    sim, tc = tide
+    job = sorted(sim.training_jobs)[0]
+    sim.scale_training(job, 0)
+    try:
+        assert [j.name for j in sim.snapshot().suspended_jobs] == [job]
+        policy = config.BalancerPolicy(capacity=config.CapacityPolicy(enabled=True))
+
+        def planner(snap, forecasts, policy, state):
+            low = {name: Forecast(service=name, issued_at=snap.time, step_s=600.0,
+                                  quantiles={q: np.full(24, 0.2) for q in (0.5, 0.9, 0.99)}) for name in tc.shares}
+            return plan_with_capacity(snap, low, policy, state, profiles=tc.profiles,
+                                      capacity_policy=CapacityPolicy(min_hold_s=0.0),
+                                      base=lambda s, f, p, st: (Plan(), st or planner_mod.PlannerState()))
+
+        rec = Reconciler(source=SimTelemetrySource(sim), actuator=SimActuator(sim), policy=policy,
+                         clock=lambda: sim.time, planner=planner)
+        report = rec.run_once()
+        assert report.status == "ok", report.reason
+        assert job not in {a.job for a, _ in report.rejected if isinstance(a, ScaleTraining)}
+        resumed = [r for r in report.results if isinstance(r.action, ScaleTraining) and r.action.job == job]
+        assert [(r.action.previous_workers, r.outcome) for r in resumed] == [(0, Outcome.APPLIED)]
+        assert resumed[0].action.workers > 0 and sim.snapshot().suspended_jobs == ()
+    finally:
+        sim.scale_training(job, sim.training_jobs[job].workers)
