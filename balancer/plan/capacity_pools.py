@@ -189,7 +189,8 @@ class Pools:
     def grow_training(self, hours: float, keep: frozenset[str] | None = frozenset()) -> None:
         """Give the idle GPUs to elastic jobs (highest priority first, jobs resized in place before jobs a resize
         restarts) up to their elastic maximum, a job only when the `hours` of the added workers outweigh the work
-        its restart and the loan's reclaim lose (`grow_gain`). Not those of the models in `keep` (None: any model):
+        its restart and the loan's reclaim lose (`grow_gain`), and to at least its elastic minimum (a suspended job
+        resumed below it runs no step). Not those of the models in `keep` (None: any model):
         a service left out while a node is forgotten may need them (`CapacityView.uncounted_models`). A job grows into
         the GPUs idle already first, then into those this pass's scale-downs free: `lenders` keeps the services whose
         loans those are, so its growth goes only with them (`training_actions`)."""
@@ -215,6 +216,8 @@ class Pools:
                     room -= k
             if not take or grow_gain(j, sum(take.values()), hours) <= 0:
                 continue
+            if self.workers[j.name] + sum(take.values()) < j.elastic_min:
+                continue   # a job resumed below its elastic minimum runs no step: its GPUs would sit held, idle
             for m, k in take.items():   # the GPUs idle already first, then those a loan frees (`lenders`)
                 idle = max(0, self.free[m] - self.released(m))
                 loaned = max(0, k * gpw - idle)
@@ -278,6 +281,7 @@ class Pools:
                         if j.restarts_on_resize else "")
                 lenders = self.lenders.get(name, set())
                 idle = self.on_idle.get(name, 0) if lenders else 0   # the idle part of a growth onto a loan's GPUs
+                idle = idle if j.workers + idle >= j.elastic_min else 0   # alone below its minimum: never sent so
                 idle_gain = grow_gain(j, idle, hours) if idle else 0.0
                 out.append(
                     ScaleTraining(
