@@ -1,7 +1,7 @@
 """The idle part of a growth into the GPUs idle already and a loan's (`ScaleTraining.idle_workers`): the workers the
-GPUs idle already hold, which the loop sends alone when the loan does not go (`balancer.loop._idle_part`). None
-where alone they would leave a suspended job below its elastic minimum; nor does a suspended job resume below it
-from GPUs idle already alone (`Pools._grow`)."""
+GPUs idle already hold, which the loop sends alone when the loan does not go (`balancer.loop._idle_part`). Counted
+in whole workers of the job's GPUs per worker, and none where alone they would leave a suspended job below its
+elastic minimum; nor does a suspended job resume below it from GPUs idle already alone (`Pools._grow`)."""
 
 from __future__ import annotations
 
@@ -49,3 +49,11 @@ def test_a_suspended_job_is_not_resumed_below_its_minimum_from_idle_gpus_alone()
     a = growth(suspended(emin=2), free=2, lent=0)
     assert a is not None and (a.previous_workers, a.workers, a.service) == (0, 2, "")
 
+
+def test_the_idle_part_counts_whole_workers_of_the_jobs_gpus_per_worker() -> None:
+    # two GPUs a worker: three idle A100s hold one worker, the fourth GPU of the second worker is chat's loan's
+    job = JobView(name="w", workers=1, elastic_min=1, elastic_max=3, gpus_per_worker=2,
+                  gpus_by_model=MappingProxyType({"A100": 2}))
+    a = growth(job, free=3, lent=2)
+    assert a is not None and (a.previous_workers, a.workers, a.service) == (1, 3, "chat")
+    assert a.idle_workers == 1 and a.idle_gain > 0   # counted in GPUs (min(k, idle)): 2, one of them pending
