@@ -6,11 +6,12 @@ scale-up needs, first idle GPUs of the service's allowed models, then elastic tr
 (lowest priority, least work lost since the last checkpoint, resized in place before restarted whole; elastic
 minimum before suspension), gives the idle GPUs left to elastic training (less those kept for the pending replicas of
 a service on hold, `Pools.keep_for_pending`; a growth into the GPUs a loan of the same pass frees names that loan's
-service, so the loop sends it only with the loan: `Pools.training_actions`), and orders the actions so that a
-per-cycle action cap leaves whole units. `Pools` is its mutable scratch accounting for one pass; `grow_gain` prices
-a training growth net of the rollback the loan's reclaim costs a job that does not checkpoint on SIGTERM and of the
-restart a Kueue-queued job pays for it (a growth worth nothing is not proposed); `capacity_split` is the split for
-the gauges. Pure: no clock, no I/O.
+service, so the loop sends it only with the loan, and without it only the workers GPUs idle already hold, where alone
+they meet the guard's minimum gain and the job's elastic minimum: `Pools.training_actions`), and orders the actions
+so that a per-cycle action cap leaves whole units. `Pools` is its mutable scratch accounting for one pass;
+`grow_gain` prices a training growth net of the rollback the loan's reclaim costs a job that does not checkpoint on
+SIGTERM and of the restart a Kueue-queued job pays for it (a growth worth nothing is not proposed); `capacity_split`
+is the split for the gauges. Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
