@@ -2,7 +2,8 @@
 `maxUnavailablePerWorkload` counts before any migration (`balancer.safety`, with the owners it knows are moving),
 and what the hotspot planner counts before it proposes one (`balancer.plan.hotspots.may_move`), so that it does not
 propose a move the guard would refuse. One function for both: the planner cannot import the guard (they are sibling
-layers), and a copy would drift. Pure functions of the snapshot.
+layers), and a copy would drift. Pure functions of the snapshot. A service's pods count as its replicas whatever
+their class: a vLLM StatefulSet's are BATCH unless labelled (`_Counts`).
 
 The GPUs of the nodes telemetry has forgotten (`dark_per_node`) are here too: the capacity planner counts the replicas
 that may run unseen there with them (`balancer.plan.capacity.view_from_snapshot`).
@@ -16,7 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from balancer.model import ClusterSnapshot, WorkloadClass
+from balancer.model import ClusterSnapshot
 
 
 def dark_per_node(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mapping[str, int]) -> list[int]:
@@ -37,9 +38,13 @@ def dark_per_node(snapshot: ClusterSnapshot, forgotten: Collection[str] | Mappin
 
 
 class _Counts:
-    """What `short` counts of a snapshot whatever the owners moving: per owner its pods unplaced, per service counted
-    from its spec its inference pods placed, and, while a node is forgotten, the most GPUs one of its inference pods
-    asks (`gpus`, at least 1; none seen: 1). One pass over the workloads, only the counts a snapshot's
+    """What `short` counts of a snapshot whatever the owners moving: per owner its pods unplaced, while a service is
+    counted from its spec its pods placed, and, while a node is forgotten too, the most GPUs one of its pods asks
+    (`gpus`, at least 1; none seen: 1). Its pods of any class (only the services' entries are read): a StatefulSet's
+    pods are BATCH unless a --services profile names it or they carry the workload-class label (`k8s_workloads.served`),
+    and its replicas asked come from `kube_statefulset_replicas` (`replicas_from_spec`): its inference pods only
+    counted, its 2 replicas running read 2 not running (its hot pod throttled, not moved: the guard refused the move),
+    and a 2-GPU replica was excused once per dark GPU. One pass over the workloads, only the counts a snapshot's
     services ask for: numpy columns built from the workloads (`np.fromiter` over a `map`) cost as much as the loop
     itself on CPython 3.11, so it stays a loop, cached per snapshot and shared with a snapshot derived from it
     (`_entry`) for the planner and the guard."""
@@ -47,22 +52,21 @@ class _Counts:
     __slots__ = ("gpus", "running", "unplaced")
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
-        get, inference = snapshot.placements.get, WorkloadClass.INFERENCE
+        get = snapshot.placements.get
         unplaced: dict[str, int] = {}
         running: dict[str, int] = {}
         self.gpus: dict[str, int] = {}
         spec = any(st.replicas_from_spec for st in snapshot.services.values())
         if spec and snapshot.forgotten_nodes:   # a pass of its own: only while a node is forgotten
             for w in snapshot.workloads:
-                if w.workload_class is inference:
-                    owner = w.owner or w.name
-                    self.gpus[owner] = max(self.gpus.get(owner, 1), w.gpus)
+                owner = w.owner or w.name
+                self.gpus[owner] = max(self.gpus.get(owner, 1), w.gpus)
         if spec:
             for w in snapshot.workloads:
                 if not get(w.name):   # no entry, or an empty placement
                     owner = w.owner or w.name
                     unplaced[owner] = unplaced.get(owner, 0) + 1
-                elif w.workload_class is inference:
+                else:
                     owner = w.owner or w.name
                     running[owner] = running.get(owner, 0) + 1
         else:   # only a service counted from its spec reads its placed pods
@@ -132,19 +136,20 @@ def _counts(snapshot: ClusterSnapshot) -> _Counts:
 def short(snapshot: ClusterSnapshot, moving: Collection[str] = (),
           owners: Collection[str] | None = None) -> dict[str, int]:
     """Per owner, its replicas not running, as a PodDisruptionBudget counts them unavailable: its pods the snapshot
-    lists unplaced (Pending: the simulator's, a migrated pod's replacement not yet started), and an inference
-    service's replicas asked by its spec (`ServiceStatus.replicas_from_spec`) beyond its placed pods (the Kubernetes
-    source lists running pods only, so a Pending replacement shows there as this shortfall). `migrationSettleS`
-    alone forgot a migration whose replacement had not started yet. An owner short for reasons of its own (a replica
-    Pending for want of room, a scale-up not yet placed) gets no migration meanwhile: it is already down that many
-    replicas. A replacement still Pending within the settle window is both a migration settling and Pending: the
-    guard counts it as both until the settle window passes (`balancer.safety`'s `_count_migration`).
+    lists unplaced (Pending: the simulator's, a migrated pod's replacement not yet started), and a service's replicas
+    asked by its spec (`ServiceStatus.replicas_from_spec`) beyond its placed pods of any class (the Kubernetes source
+    lists running pods only, so a Pending replacement shows there as this shortfall; a StatefulSet's pods are BATCH
+    unless labelled or named by a profile: `_Counts`). `migrationSettleS` alone forgot a migration whose replacement had
+    not started yet. An owner short for reasons of its own (a replica Pending for want of room, a scale-up not yet
+    placed) gets no migration meanwhile: it is already down that many replicas. A replacement still Pending within the
+    settle window is both a migration settling and Pending: the guard counts it as both until the settle window passes
+    (`balancer.safety`'s `_count_migration`).
 
     Replicas a node telemetry has forgotten may hold (`ClusterSnapshot.forgotten_nodes`: its pods are in neither
     `workloads` nor `placements`) are not short: as many as its GPUs hold (`dark_per_node`), else every service with a
     replica there would get no migration while it stays dark. As many whole replicas as they hold, node by node (a
     replica runs on one node: two forgotten 1-GPU boards hold no 2-GPU replica): each node's dark GPUs over
-    the most GPUs one of the service's inference pods asks (`Workload.gpus`: its pods there are unseen, its others
+    the most GPUs one of the service's pods asks (`Workload.gpus`: its pods there are unseen, its others
     tell its template; 1 with none seen), so a 2-GPU replica is excused once per two dark GPUs, not twice; a
     fractional one once per GPU, the fewest a GPU may hold. The fewer excused, the safer: one excused too many lets a
     service's last running replica be moved, one too few holds back a move for as long as the node stays dark. The
