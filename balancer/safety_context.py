@@ -10,6 +10,7 @@ from operator import attrgetter
 import numpy as np
 
 from balancer.actions import Action, Migrate, ScaleInference, ScaleTraining, SetPowerLimit, TaintNode
+from balancer.inventory import Workload, WorkloadClass
 from balancer.model import ClusterSnapshot
 
 
@@ -53,12 +54,22 @@ class ReviewContext:
             w = s.workload_by_name.get(a.workload)
             return [w] if w else []
         if isinstance(a, ScaleTraining):
-            return list(s.workloads_by_owner.get(a.job, ()))
+            return list(s.workloads_by_owner.get(a.job, ())) or _suspended(s, a.job)
         if isinstance(a, ScaleInference):
             return list(s.workloads_by_owner.get(a.service, ()))
         if isinstance(a, SetPowerLimit):
             return list(self._on_gpu.get(a.gpu, ()))
         return []
+
+
+def _suspended(s: ClusterSnapshot, job: str) -> list[Workload]:
+    """A job suspended to 0 workers (`ClusterSnapshot.suspended_jobs`) as the one worker its resume brings back:
+    it has no pods, so without it the guard found no namespace for a resume, and a stopped or protected namespace
+    let it through. Its name is the job's; nothing is placed under it."""
+    return [Workload(name=j.name, workload_class=WorkloadClass.TRAINING, namespace=j.namespace, owner=j.name,
+                     priority=j.priority, gpus=j.gpus_per_worker, allowed_models=j.allowed_models,
+                     elastic_min=j.elastic_min, elastic_max=j.elastic_max)
+            for j in s.suspended_jobs or () if j.name == job][:1]
 
 
 def touched_nodes(a: Action, s: ClusterSnapshot) -> set[str]:

@@ -26,6 +26,7 @@ from balancer.model import Forecast, Plan, ScaleTraining
 from balancer.plan import planner as planner_mod
 from balancer.plan.capacity import CapacityPolicy
 from balancer.plan.capacity_loop import plan_with_capacity
+from balancer.safety import SafetyGuard
 from balancer.telemetry.sim import SimTelemetrySource
 
 SUSPENDED = SuspendedJob(name="job", namespace="training", elastic_min=1, elastic_max=4)
@@ -39,9 +40,9 @@ def resume(job: str) -> ScaleTraining:
                          cause="loan", expected_gain=2.0)
 
 
-def cycle(actions):
+def cycle(actions, **guarded):
     actuator = Sent()
-    rec = Reconciler(source=Source(SNAP), actuator=actuator, clock=lambda: SNAP.time,
+    rec = Reconciler(source=Source(SNAP), actuator=actuator, clock=lambda: SNAP.time, **guarded,
                      planner=lambda snap, forecasts, policy, state: (Plan(actions=tuple(actions)), state))
     report = rec.run_once()
     assert report.status == "ok", report.reason
@@ -54,6 +55,22 @@ def test_a_suspended_job_is_resumed_not_rejected_as_stale():
     assert [(r.action.job, r.outcome) for r in report.results] == [("job", Outcome.APPLIED)]
     # a job the fresh snapshot neither runs nor lists suspended (deleted meanwhile) is still refused
     assert [(a.job, why) for a, why in report.rejected] == [("gone", "stale_plan")]
+
+
+def test_a_resume_into_a_stopped_namespace_is_held_by_the_emergency_stop():
+    # the job has no pods: the guard finds its namespace in the snapshot's list of suspended jobs
+    policy = config.BalancerPolicy()
+    guard = SafetyGuard(policy.safety, stopped_namespaces={"training"})
+    report, applied = cycle([resume("job")], guard=guard, policy=policy)
+    assert applied == []
+    assert [(a.job, why) for a, why in report.rejected] == [("job", "emergency_stop")]
+
+
+def test_a_resume_into_a_protected_namespace_is_refused():
+    policy = config.BalancerPolicy(safety=config.SafetyPolicy(protected_namespaces=("kube-system", "training")))
+    report, applied = cycle([resume("job")], guard=SafetyGuard(policy.safety), policy=policy)
+    assert applied == []
+    assert [(a.job, why) for a, why in report.rejected] == [("job", "protected")]
 
 
 @pytest.fixture(scope="module")
