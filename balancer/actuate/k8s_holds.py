@@ -97,15 +97,14 @@ class Holds:
         self._bound: Callable[[], Iterable[Usage]] = tuple
         self._by_node: dict[str, list[Usage]] | None = None
         self._evicted: dict[str, list[Usage]] = {}   # node -> the pods evicted from it in this pass (`_leaving`)
-        self._freed: dict[str, list[Usage]] = {}   # node -> its pods read gone in this pass (`_gone`)
-        self._gone_early: list[tuple[str, str]] = []   # (victim, node) read gone before `_by_node` (`_gone`)
+        self._freed: dict[str, set[str]] = {}   # node -> the keys of its pods read gone in this pass (`_gone`)
 
     def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
         """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere, or by
         `release_gone` in every pass with pending pods while some pod is warned of for an unreadable
         `deletionTimestamp` (`UnreadEnds.keep`)."""
         self.preempted, self.starving, self.stuck = [], [], []
-        self._bound, self._by_node, self._evicted, self._freed, self._gone_early = bound, None, {}, {}, []
+        self._bound, self._by_node, self._evicted, self._freed = bound, None, {}, {}
 
     def for_unplaced(self, req: Json, view: list[Json], index: dict[str, int], offers: Offers, now: float) -> str:
         """For a pod no node has room for (`offers` was last asked about it): preempt, else hold a node if it
@@ -596,40 +595,29 @@ class Holds:
 
     def _off(self, bound: dict[str, list[Usage]], node: str, evicted: Collection[str]) -> None:
         """The pods `evicted` from `node` for a preemption are no one else's victims for the rest of the pass: off
-        `bound`, kept apart as leaving the node (`_leaving`), but for those its evictions found gone already, which
-        are freed (`_gone`) rather than leaving."""
-        freed = {u.key for u in self._freed.get(node, ())}
+        `bound`, kept apart as leaving the node (`_leaving`)."""
         kept, leaving = [], []
         for u in bound.get(node, ()):
             (kept if u.key not in evicted else leaving).append(u)
         bound[node] = kept
-        self._evicted.setdefault(node, []).extend(u for u in leaving if u.key not in freed)
+        self._evicted.setdefault(node, []).extend(leaving)
 
     def _gone(self, victim: str, node: str) -> None:
         """`victim`, bound on `node` as the pass listed it, read gone (404; `Preemptor.on_gone`): by an eviction's read
         (`Evictions.gone`, and the `went` that `_evict` finds gone after an earlier unanswered eviction), or by the
         read of a victim whose eviction got no answer as its hold is given back (`Preemptor._went` at `release`:
         `_room_taken`, `_clear_lower`; that hold no longer naming it, no other hold counts it as leaving). Its room is
-        free for the rest of the pass (`_freed`, counted by every hold there, `_leaving`), as it is found so, whatever
-        the evictions after it do. Not one found terminating (its room is the holds' that name it), nor one the pass's
-        list no longer shows (`_judge`'s found gone: its room is free in the view already). One read gone before the
-        pass groups its bound pods (`_by_node`: a hold given back as the pass begins, `release_gone`, or for a pod
-        bound elsewhere before any pod fit nowhere, `release_elsewhere`) is remembered (`_gone_early`) and counted as
-        they are grouped (`_bound_by_node`); they are not grouped early for it, which would miss the pods bound later
-        in the pass. Dropped, its room stayed taken for the whole pass (the pass's list, read before the release,
-        still shows it), and a hold there resumed in the pass and needing that room was given back as though others
-        took it. Counted only once the preemption's evictions had made something (`_off`), it was not where a later
-        eviction was refused and the preemption gave the node back: its room was counted as taken for the rest of the
-        pass, and another hold there, resumed after it and needing that room, was given back as though others took
-        the room. Such a victim stays among the bound pods (`_off` takes it off only where the preemption holds the
-        node, its room then the preemptor's): a pod preempting later in the pass may count its room as a victim's, its
-        eviction finding it gone."""
-        if self._by_node is None:
-            self._gone_early.append((victim, node))
-            return
-        if any(u.key == victim for u in self._freed.get(node, ())):
-            return
-        self._freed.setdefault(node, []).extend(u for u in self._by_node.get(node, ()) if u.key == victim)
+        free for the rest of the pass (`_freed`: its key, counted by every hold there, `_leaving`), as it is found so,
+        whatever the evictions after it do, and whenever it is read: before the pass groups its bound pods (a hold
+        given back as the pass begins, `release_gone`, or for a pod bound elsewhere, `release_elsewhere`), or after
+        an earlier preemption took it off them (`_off`). Not one found terminating (its room is the holds' that name
+        it), nor one the pass's list no longer shows (`_judge`'s found gone: its room is free in the view already).
+        Dropped, its room stayed taken for the whole pass (the pass's list, read before the release, still shows it),
+        and a hold there resumed in the pass and needing that room was given back as though others took it. Such a
+        victim stays among the bound pods (`_off` takes it off only where the preemption holds the node, its room then
+        the preemptor's): a pod preempting later in the pass may count its room as a victim's, its eviction finding
+        it gone."""
+        self._freed.setdefault(node, set()).add(victim)
 
     @staticmethod
     def _judged(on_node: Iterable[Usage], entry: Json, now: float,
@@ -676,31 +664,27 @@ class Holds:
         it frees. One read gone in the pass (`_freed`, `_gone`: by an eviction, 404, or gone after an earlier
         unanswered eviction; or by the release's read of a victim in doubt, its hold given back) is named by no hold
         (nothing to wait for), yet the pass's view of the node still counts its room as taken: it is counted whatever
-        names it, its room free, and once (one still among the bound pods, its preemption given back, is not counted
-        again as a hold's victim there). Counted only where named, it was not, and such a hold was given back in the
+        names it, its room free, whether still among the bound pods or evicted earlier in the pass (once: `_off`
+        moves it from one to the other). Counted only where named, it was not, and such a hold was given back in the
         same pass as though others took the room."""
         named, sure = set(), set()   # named by a hold; named by one that does not only wait for it
         for e in node["reservations"].values():
             victims, waited = {k for f in (LEFT, EVICTED) for k in e.get(f) or ()}, set(awaited_of(e))
             named |= victims
             sure |= victims - waited
-        freed = self._freed.get(node["name"], [])
-        gone = {u.key for u in freed}
+        gone = self._freed.get(node["name"], ())
         return [*(u for u in self._bound_by_node().get(node["name"], ())
-                  if u.key not in gone and (u.key in sure or u.key in named and u.key in going)),
-                *(u for u in self._evicted.get(node["name"], ()) if u.key in named), *freed]
+                  if u.key in gone or u.key in sure or u.key in named and u.key in going),
+                *(u for u in self._evicted.get(node["name"], ()) if u.key in named or u.key in gone)]
 
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
         pod fits nowhere. (The pods warned of for an unreadable `deletionTimestamp` were forgotten as the pass began,
-        before any is judged in it: `release_gone`.) The victims read gone before they were grouped (`_gone_early`)
-        are counted free as they are."""
+        before any is judged in it: `release_gone`.)"""
         if self._by_node is None:
             self._by_node = {}
             for u in self._bound():
                 self._by_node.setdefault(u.node, []).append(u)
-            for victim, node in self._gone_early:
-                self._gone(victim, node)
         return self._by_node
 
 
