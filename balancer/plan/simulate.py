@@ -8,7 +8,7 @@ the way the action would change the cluster, after checking the hard constraints
 * no action leaves a workload without a place to run: a migration's target must fit (it is reserved before the
   source is released), scale-downs respect the job's elastic minimum;
 * a resize names a training job the snapshot knows: one with workers placed, or one it lists suspended (0 workers,
-  `ClusterSnapshot.suspended_jobs`), whose resume is a growth from 0;
+  `ClusterSnapshot.suspended_jobs`), whose resume is a growth from 0 to at least the minimum listed there;
 * a power limit stays within the GPU's [minimum, TDP] range.
 
 Temperatures use a first-order thermal model fitted to what the GPU shows now: an effective thermal resistance
@@ -290,7 +290,10 @@ class Projection:
         if current is None:
             return "no such training job"
         members = [w for w in self.snapshot.workloads_by_owner.get(a.job, ()) if w.name in self.placements]
-        floor = min((w.elastic_min for w in members), default=0)
+        # a job with no worker placed (suspended, `ClusterSnapshot.suspended_jobs`) has its minimum in its listing:
+        # a resume below it would start a job that cannot run
+        floor = min((w.elastic_min for w in members),
+                    default=next((j.elastic_min for j in self.snapshot.suspended_jobs or () if j.name == a.job), 0))
         if a.workers < floor and a.workers != 0:
             return f"below the job's elastic minimum ({floor})"
         base = self.base_workers.get(a.job, current)

@@ -26,6 +26,7 @@ from balancer.model import Forecast, Plan, ScaleTraining
 from balancer.plan import planner as planner_mod
 from balancer.plan.capacity import CapacityPolicy
 from balancer.plan.capacity_loop import plan_with_capacity
+from balancer.plan.simulate import Projection
 from balancer.safety import SafetyGuard
 from balancer.telemetry.sim import SimTelemetrySource
 
@@ -55,6 +56,14 @@ def test_a_suspended_job_is_resumed_not_rejected_as_stale():
     assert [(r.action.job, r.outcome) for r in report.results] == [("job", Outcome.APPLIED)]
     # a job the fresh snapshot neither runs nor lists suspended (deleted meanwhile) is still refused
     assert [(a.job, why) for a, why in report.rejected] == [("gone", "stale_plan")]
+
+
+def test_a_resume_below_the_suspended_jobs_elastic_minimum_does_not_fit():
+    # no worker is placed to read the minimum from: the snapshot's listing of the job has it
+    snap = replace(SNAP, suspended_jobs=(replace(SUSPENDED, elastic_min=3),))
+    short = ScaleTraining(job="job", workers=1, previous_workers=0, reason="x", expected_gain=2.0)
+    assert Projection(snap, config.BalancerPolicy()).apply(short) == "below the job's elastic minimum (3)"
+    assert Projection(snap, config.BalancerPolicy()).apply(resume("job")) is None
 
 
 def test_a_resume_into_a_stopped_namespace_is_held_by_the_emergency_stop():
