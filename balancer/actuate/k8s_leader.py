@@ -53,9 +53,9 @@ MAX_LEDGER_BYTES = 128 * 1024  # well inside the API server's 256 KiB limit on a
 _WALL = time.time   # the real wall clock (as imported: a test that patches time.time later changes nothing here)
 # more writes (a takeover's, a renewal's, a release's) one try makes after a 409 for a metadata-only edit (`_take`)
 TAKEOVER_CONFLICT_RETRIES = 3
-# of those, what a save of the Lease we hold or its release still makes once SIGTERM came (`_stopped_short`): one, so
-# the exit's ledger save and release keep within SIGTERM's budget to exit (balancer/app/health.py: each a read and a
-# write, one more of each)
+# of those, what a save of the Lease we hold still makes once SIGTERM came, and the release too (`_stopped_short`:
+# since 0808eda1 `_release` writes again through `_take`): one, so the exit's ledger save and release keep within
+# SIGTERM's budget to exit (balancer/app/health.py: each a read and a write, one more of each)
 STOPPED_SAVE_RETRIES = 1
 
 
@@ -150,8 +150,9 @@ class LeaseLeaderElector:
         (a 409 for a label edited) was followed by a read, a write that took the Lease, the cycle, and a release,
         more calls than SIGTERM's budget to exit counts (`LEASE_CALLS_TO_RELEASE`). The writes of a Lease we hold
         are what hand it over cleanly: a renewal ends at its 409 but keeps the lead, a save writes again once more
-        (`_ends_try`). The one way SIGTERM reaches the elector (`_cut_short`): `await_lease` takes no flag of its
-        own."""
+        (`_ends_try`), and so does `release()`: once `stopping()`, `STOPPED_SAVE_RETRIES` bounds the save's and the
+        release's writes again (`_stopped_short`), not `TAKEOVER_CONFLICT_RETRIES`. The one way SIGTERM reaches the
+        elector (`_cut_short`): `await_lease` takes no flag of its own."""
         self._stopping = stopping
 
     def _tick(self) -> float:
@@ -239,7 +240,8 @@ class LeaseLeaderElector:
         self.last_failure = None
         try:
             lease = self.api(what, self.api.coordination.read_namespaced_lease, self.name, self.namespace)
-        except NotFoundError:
+        except NotFoundError:   # deleted: created again, by the loop's ask or a save's try alike (9d26e402: the
+            # ledger on it; `save_state`), and a Lease created is one taken: a new term, the loop takes office again
             body = self._body({}, self._spec(now, now, 0, self.identity, self.lease_duration_s))
             created = self._write(what, tick, self.api.coordination.create_namespaced_lease, self.namespace, body)
             self.terms += self.last_failure is None   # created: True from a 503 is the lead kept, not a Lease taken
@@ -264,7 +266,9 @@ class LeaseLeaderElector:
             return self._spec(at, kept or at, transitions, self.identity, self.lease_duration_s)
 
         taking_over = holder != self.identity or self._renewed_at is None
-        if taking_over and save:   # a save renews a Lease we hold, never takes one over (`save_state`): not_leader
+        # a save renews a Lease we hold, never takes one over (`save_state`): not_leader; a deleted one it creates
+        # again above (a new term)
+        if taking_over and save:
             self._renewed_at = None
             return False
         if taking_over:   # the Lease's ledger stays until the loop saves ours merged with it (class docstring)
@@ -511,7 +515,11 @@ class LeaseLeaderElector:
         takeover is the loop's ask, `try_acquire`): a Lease released (holder "") or another's is `not_leader`, no
         write, as `InMemoryLeaderElector` refuses a Lease it does not hold; taken over by a save, a released Lease
         got us as holder and a new term, our ledger dropped for the one found (`_state` None), while the save
-        raised `not_leader` and said its ledger kept. A try that raises other than `ActuationError` raises
+        raised `not_leader` and said its ledger kept. A deleted Lease is the exception (9d26e402): the save's try
+        creates it again, us as holder and this ledger on it (a create takes the Lease from no one: one written
+        meanwhile answers 409), and that starts a new term (`terms` + 1: the loop takes office again, its planner
+        state afresh); refused, a `run --once` whose Lease was deleted before its save exited 4, its ledger on no
+        Lease (tests/k8s/test_k8s_lease_save_recreates.py). A try that raises other than `ActuationError` raises
         `LedgerNotSaved` (`error`) from it: a ValueError out of a reply was counted `invalid`, a ledger that cannot
         be cut to fit. After SIGTERM (`stop_when`) its write again after a 409 is still made, once (`_ends_try`).
         After `release()` no try (a save takes no Lease back): a ledger that release wrote onto the Lease (`_released`,

@@ -69,8 +69,9 @@ def action_budget_s(action_deadline_s: float, lease_api: Retries | None = None) 
 def stop_budget_s(action_deadline_s: float, lease_api: Retries | None) -> float:
     """How long `gputide run` may take from SIGTERM to exit: the action in progress finishes (its deadline), the
     ledger is written to the Lease with SIGTERM's fewer retries (`LEASE_CALLS_AFTER_STOP`), then the Lease is
-    released. The controller's terminationGracePeriodSeconds must cover it, or the kubelet kills
-    it mid-action with the Lease held (tests/deploy/test_deploy_grace_period.py)."""
+    released. The controller's terminationGracePeriodSeconds must exceed it by about 10 s (the steps between the
+    Lease calls and the interpreter's exit), or the kubelet kills it mid-action with the Lease held
+    (tests/deploy/test_deploy_grace_period.py)."""
     return action_deadline_s + (LEASE_CALLS_AFTER_STOP + LEASE_CALLS_TO_RELEASE) * call_budget_s(lease_api)
 
 

@@ -495,9 +495,8 @@ def run(args: argparse.Namespace) -> int:
     deadline, lease = getattr(reconciler.actuator, "action_deadline_s", 0.0), getattr(reconciler.elector, "api", None)
     health = Health(stall_limit(interval, action_budget_s(deadline, lease)))
     log.info("liveness limit %.0f s; from SIGTERM to exit at most %.0f s (terminationGracePeriodSeconds must exceed "
-             "it: deploy/base/controller.yaml's leaves 10 s to spare over the budget of its --action-deadline, for "
-             "the steps between the Lease calls and the interpreter's exit)", health.stall_after_s,
-             stop_budget_s(deadline, lease))
+             "it by about 10 s, for the steps between the Lease calls and the interpreter's exit)",
+             health.stall_after_s, stop_budget_s(deadline, lease))
     if args.metrics_port:  # /metrics, and the probes /healthz (the loop is not stuck) and /readyz
         bind(lambda **kw: serve_metrics(registry=metrics.registry, health=health, **kw), args.listen_address,
              args.metrics_port, "--metrics-port")

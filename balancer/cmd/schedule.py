@@ -297,8 +297,9 @@ def stop_budget_s(scheduler, lease_api: Retries | None) -> float:
     so what is in flight ends it: one read (its try or backoff in flight; counted here as a whole call,
     `call_budget_s`, within the reads' deadline, to spare), or one pod's turn (`turn_s`, its deadline) followed by
     the Events telling the pods it left unbound (`tell_s`); then the Lease is released (after a renewal in flight).
-    The Deployment's terminationGracePeriodSeconds must cover it, or the kubelet kills it with the Lease held and
-    the standby waits a whole lease duration."""
+    The Deployment's terminationGracePeriodSeconds must exceed it by about 10 s (the steps between the Lease calls
+    and the interpreter's exit: tests/deploy/test_deploy_scheduler_grace.py), or the kubelet kills it with the Lease
+    held and the standby waits a whole lease duration."""
     in_flight = max(min(call_budget_s(scheduler.api), scheduler.reads_s), scheduler.turn_s + scheduler.tell_s)
     return in_flight + LEASE_CALLS_TO_RELEASE * call_budget_s(lease_api)
 
@@ -338,7 +339,8 @@ def run(args: argparse.Namespace) -> int:
     if elector is not None:   # SIGTERM cuts short every try of the Lease: a --once run's first, the renewer's
         elector.stop_when(lambda: scheduler.stopping)
 
-    log.info("from SIGTERM to exit at most %.0f s (terminationGracePeriodSeconds must cover it)",
+    log.info("from SIGTERM to exit at most %.0f s (terminationGracePeriodSeconds must exceed it by about 10 s, for the "
+             "steps between the Lease calls and the interpreter's exit)",
              stop_budget_s(scheduler, getattr(elector, "api", None)))
     with stopped_by_signals(scheduler.stop, "stopping before the next pod, then releasing the Lease"):
         try:
