@@ -58,9 +58,16 @@ def test_an_annotation_edited_before_the_release_write_is_written_again_and_the_
 @pytest.mark.parametrize(("stop", "writes"), [([], 1 + TAKEOVER_CONFLICT_RETRIES),
                                               (["SIGTERM"], 1 + STOPPED_SAVE_RETRIES)], ids=["loop", "sigterm"])
 def test_metadata_edited_before_every_release_write_gives_up_after_a_few(kube, api, clock, stop, writes) -> None:
+    """Each write a read before it (the first, then one after each 409). After SIGTERM the release's reads plus
+    writes are what balancer/app/health.py's `LEASE_CALLS_TO_RELEASE` counts for it past the renewal in flight,
+    2 * (1 + `STOPPED_SAVE_RETRIES`): retried `TAKEOVER_CONFLICT_RETRIES` times, the exit overran its budget."""
     elector, before = leading(api, clock, stop), len(kube.calls("PUT", LEASE))
-    kube.before("PUT", LEASE, lambda: noted(kube), count=writes + 1)
+    # an edit before every write the release could make, SIGTERM or not: a release past its bound meets another 409
+    kube.before("PUT", LEASE, lambda: noted(kube), count=2 + TAKEOVER_CONFLICT_RETRIES)
+    reads = len(kube.calls("GET", LEASE))
     assert elector.release() is False
+    calls = len(kube.calls("GET", LEASE)) - reads + releases(kube, before)
+    assert calls == 2 * (1 + (STOPPED_SAVE_RETRIES if stop else TAKEOVER_CONFLICT_RETRIES)), "within the budget"
     assert releases(kube, before) == writes, "bounded: after SIGTERM within its budget to exit"   # was: 1
     assert on_lease(kube)[0] == ME and not elector.is_leader
     with pytest.raises(LedgerNotSaved, match="not_leader"):   # nothing released: no ledger said saved by it
