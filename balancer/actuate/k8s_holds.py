@@ -100,9 +100,7 @@ class Holds:
         self._freed: dict[str, set[str]] = {}   # node -> the keys of its pods read gone in this pass (`_gone`)
 
     def start_pass(self, bound: Callable[[], Iterable[Usage]]) -> None:
-        """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere, or by
-        `release_gone` in every pass with pending pods while some pod is warned of for an unreadable
-        `deletionTimestamp` (`UnreadEnds.keep`)."""
+        """A new pass: `bound()` gives its bound and assumed pods, read only if some pod fits nowhere."""
         self.preempted, self.starving, self.stuck = [], [], []
         self._bound, self._by_node, self._evicted, self._freed = bound, None, {}, {}
 
@@ -563,15 +561,7 @@ class Holds:
         held for no one; and they were made, and an Event `Preempted` posted, while halted. Halted after the
         give-backs (the Lease lost in one of them, or in a read), the releases read nothing more and drop the
         doubts (`Preemptor.release`): a doubted victim's eviction that landed then goes uncounted, with no Event
-        `Preempted`, as it does where this replica's next term forgets it.
-
-        Called in every pass that reads the bound pods (its `view` sums them), it forgets first the pods warned of for
-        an unreadable `deletionTimestamp` that are no longer such among them (gone, or readable again:
-        `UnreadEnds.keep`), the bound pods walked only where some pod was warned of. Forgotten only as they were
-        grouped for preemption (`_bound_by_node`: a pass where some pod fits nowhere and may preempt), a pod read
-        again by passes where every pod fits, then broken again, was never warned of again."""
-        if unread := self.preemptor.unread_ends:
-            unread.keep(self._bound())
+        `Preempted`, as it does where this replica's next term forgets it."""
         given: list[tuple[str, list[str]]] = []
         for node in view:
             gone = holds_of(self.scheduler_name, node, waiting) if node["reservations"] else []
@@ -680,7 +670,7 @@ class Holds:
     def _bound_by_node(self) -> dict[str, list[Usage]]:
         """The bound (and assumed) pods per node, for preemption: grouped at most once per pass, and only when a
         pod fits nowhere. (The pods warned of for an unreadable `deletionTimestamp` were forgotten as the pass began,
-        before any is judged in it: `release_gone`.)"""
+        before any is judged in it: `k8s_scheduler.SecondaryScheduler._read_pass`.)"""
         if self._by_node is None:
             self._by_node = {}
             for u in self._bound():

@@ -373,10 +373,6 @@ class UnreadEnds:
         if self._said:
             self._said &= {(u.key, u.uid) for u in bound if self.of(u)}
 
-    def __bool__(self) -> bool:
-        """Whether any pod is said: only then has `keep` the bound pods to read."""
-        return bool(self._said)
-
     def say(self, pod: Any) -> None:
         """Log, once while it stays so, that the terminating `pod` (`k8s_reads.Usage`, `of`) has a `deletionTimestamp`
         that cannot be read. Taken as within its grace (`past_grace`), its room is coming for as long as it stays: a
@@ -631,7 +627,8 @@ class Preemptor:
         self.stopped_nodes: frozenset[str] = frozenset()   # the pass's nodes that carry the per-node stop
         self._said_stop: str | None = None
         # the terminating pods whose unreadable `deletionTimestamp` this scheduler warned of (`room_coming`), forgotten
-        # as a pass reads them gone or readable again (`k8s_holds.Holds.release_gone`, in every pass that reads them)
+        # as a pass reads them gone or readable again (`k8s_scheduler.SecondaryScheduler._read_pass`, in every pass
+        # that reads them)
         self.unread_ends = UnreadEnds()
         # (pod, node, victim) -> one record (`k8s_preempt_doubts.Doubt`): the doubt of an eviction of this term that
         # may have landed unseen (`_ask`: every try unanswered, or a retry's 404 or 409 after a try that was) and when

@@ -280,9 +280,12 @@ class SecondaryScheduler(Binder, SchedulerReads):
 
     def _read_pass(self) -> tuple[list[Json], _Pass | None]:
         """The pass's reads: its pending pods, and (only when there are some) what the pass is made of; each read
-        begun only while not `halted()` (else `PassStopped`). A pass with none returns before `release_gone`, so a pod
-        warned of for an unreadable `deletionTimestamp`, fixed and broken again only while nothing is pending, is not
-        warned of again (`UnreadEnds.keep` forgets it only in a pass that reads the bound pods)."""
+        begun only while not `halted()` (else `PassStopped`). A pass with some forgets, before anything is judged in
+        it, the pods warned of for an unreadable `deletionTimestamp` that are no longer such among its bound pods
+        (gone, or readable again: `UnreadEnds.keep`), the list its placement is then given. Forgotten only as they
+        were grouped for preemption (a pass where some pod fits nowhere), a pod read again by passes where every pod
+        fits, then broken again, was never warned of again. A pass with none returns before reading the bound pods,
+        so a pod fixed and broken again only while nothing is pending is not warned of again."""
         with self.api.deadline(self.reads_s, reserve_s=0.0):   # out of time: the pass fails, the next one reads again
             pending = self.pending()
             self.tell.keep(r["name"] for r in pending)
@@ -294,9 +297,11 @@ class SecondaryScheduler(Binder, SchedulerReads):
             view = self.nodes_view()
             self.holds.preemptor.stopped_nodes = frozenset(n["name"] for n in view if stop_labelled(n))
             self.holds.release_gone(view, {r["name"] for r in pending})   # holds for pods that wait no more
+            bound = self._bound()
+            self.holds.preemptor.unread_ends.keep(bound)
             return pending, _Pass(
                 view, {n["name"]: i for i, n in enumerate(view)},
-                Offers(view, PodPlacement(view, self._bound(), resolver.term)),
+                Offers(view, PodPlacement(view, bound, resolver.term)),
                 self.place.start_pass(view) if hasattr(self.place, "start_pass") else None, {}, self.clock())
 
     def _place_one(self, req: Json, ps: _Pass) -> None:

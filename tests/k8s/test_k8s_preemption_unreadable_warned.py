@@ -101,7 +101,7 @@ def test_a_pod_read_again_by_a_pass_where_every_pod_fits_and_broken_again_is_war
     """The pods said were forgotten only as the bound pods were grouped for preemption (`Holds._bound_by_node`: in a
     pass where some pod fits nowhere and may preempt), though every pass with a pod to place reads them: train, read
     again (its time fixed) by a pass whose one pod fits, then broken again, was never said again. Now every pass that
-    reads the bound pods forgets those read again (`Holds.release_gone`)."""
+    reads the bound pods forgets those read again (`SecondaryScheduler._read_pass`)."""
     caplog.set_level(logging.WARNING, logger=k8s_preempt.__name__)
     train = bound("train", "a", 8, 1)
     train["metadata"]["deletionTimestamp"] = "not a time"               # terminating, its end unreadable
