@@ -56,6 +56,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -500,8 +501,7 @@ def selections(dashboard: dict, client: PromClient, window: tuple[float | None, 
         if var.get("type") != "query":
             continue
         everything, where = var.get("includeAll"), f"dashboard {dashboard.get('uid')!r}: templating.list[{i}].regex"
-        options = tuple(_options(var, chosen, client, window, where)) if not everything or var["name"] in repeated \
-            else ()
+        options = _queried(var, chosen, client, window, where) if not everything or var["name"] in repeated else ()
         if everything:
             chosen[var["name"]] = Selection(var.get("allValue") or ".*", "All", (), options)
         elif options:
@@ -509,6 +509,21 @@ def selections(dashboard: dict, client: PromClient, window: tuple[float | None, 
         else:
             chosen[var["name"]] = Selection(".*", "None")
     return chosen
+
+
+def _queried(var: dict, chosen: dict[str, Selection], client: PromClient, window: tuple[float | None, int, int],
+             where: str) -> tuple[str, ...]:
+    """A variable's options (`_options`), or none where its query fails (Prometheus answers an error, a 4xx, or
+    cannot be reached: `TelemetryUnavailable`). Grafana draws the dashboard when a variable's query fails, the
+    variable without options (a title that names it repeated stays as written, a query gets `.*` or its allValue);
+    the render goes on, saying so on stderr once for the variable (a Prometheus not reached fails the panels' own
+    queries next)."""
+    try:
+        return tuple(_options(var, chosen, client, window, where))
+    except TelemetryUnavailable as exc:
+        print(f"{where.split(':')[0]}: variable {var['name']!r}: its query failed, drawn without its options: {exc}",
+              file=sys.stderr)
+        return ()
 
 
 def _options(var: dict, chosen: dict[str, Selection], client: PromClient, window: tuple[float | None, int, int],

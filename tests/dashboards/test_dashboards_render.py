@@ -23,9 +23,10 @@ GPUS = [("node-a", "0"), ("node-a", "1"), ("node-b", "0"), ("node-b", "10"), ("n
 class FakePrometheus:
     """Answers query_range with one series per fake GPU for per-GPU queries and one series otherwise."""
 
-    def __init__(self, empty: bool = False, missing: tuple[str, ...] = ()) -> None:
+    def __init__(self, empty: bool = False, missing: tuple[str, ...] = (), failing: tuple[str, ...] = ()) -> None:
         self.queries: list[dict[str, str]] = []
         self.missing = missing   # queries containing any of these answer no series
+        self.failing = failing   # queries containing any of these answer HTTP 422, as Prometheus refuses one
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,6 +34,12 @@ class FakePrometheus:
                 url = urllib.parse.urlparse(self.path)
                 params = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
                 owner.queries.append({"path": url.path, **params})
+                if any(f in params.get("query", "") for f in owner.failing):
+                    body = json.dumps({"status": "error", "errorType": "execution", "error": "too many samples"})
+                    self.send_response(422)
+                    self.end_headers()
+                    self.wfile.write(body.encode())
+                    return
                 if url.path == "/api/v1/query_range":
                     none = empty or any(m in params["query"] for m in owner.missing)
                     data = {"resultType": "matrix", "result": [] if none else owner.result(params)}
