@@ -161,12 +161,18 @@ def load_trace_shape(path: str, fmt: str = "csv", step_s: float | None = None) -
     the loader refuses to read as it is and the rule averaged). Without `step_s` a trace is played at its own step and
     one under 1s is refused (exit 2). With it, a trace refused at its own step for giving too many steps (59 days at
     1 s) is loaded at `step_s`, the refusal naming `step_s`: one naming a step ('0 days 00:00:01') the user never gave
-    was no help (audit a11)."""
-    from balancer.forecast.traces import TooFewSteps, load_demand
+    was no help (audit a11). One too long there too is refused as `--step`, as one too short for it is: the loader's
+    wording ('step', '0 days 00:01:00') was the one trace refusal of simulate's not naming the flag (review r5)."""
+    from balancer.forecast.traces import MAX_STEPS, TooFewSteps, TooLong, load_demand
 
     fmt = fmt or "csv"
     try:
         y = load_demand(path, fmt, coarsen_to=step_s)
+    except TooLong as exc:   # named as the loader's other refusals at --step are: '--step', the value given
+        if step_s is None:
+            raise
+        raise InputError(path, "--step", step_s, f"a --step of at least {exc.least_s} seconds loads it (at most "
+                         f"{MAX_STEPS} steps over the trace's span)", detail=exc.detail) from exc
     except TooFewSteps as exc:   # the loader's other refusals stand as they are, the trace read once
         if step_s is None:
             raise
@@ -187,13 +193,13 @@ def _refuse_too_few_steps(path: str, fmt: str, step_s: float, exc: TooFewSteps) 
     (`_refuse_naming_a_coarser_step`); else, like one refused at its own step for another reason, with that refusal,
     as before it was loaded at `step_s`. An error's path only: a trace that plays is parsed once. `exc` loaded at
     its own step (`exc.own`: --step not finer than it) is its refusal at its own step: not read again for it."""
-    from balancer.forecast.traces import OwnStepTooFine, TooFewSteps
+    from balancer.forecast.traces import OwnStepTooFine, TooFewSteps, TooLong
 
     fine, own = (None, exc) if exc.own else _at_own_step(path, fmt)
     if own is not None:   # its own step under 1s, or too many steps at it: tried at 1s
         if isinstance(own, TooFewSteps) and own.field == "value":   # under two observed at its own step too
             _refuse_naming_a_coarser_step(path, fmt, step_s, own)
-        if not (isinstance(own, OwnStepTooFine) or own.field == "step"):
+        if not isinstance(own, (OwnStepTooFine, TooLong)):
             raise own
         fine = _loaded_or_none(path, fmt, "1")
     if fine is not None:

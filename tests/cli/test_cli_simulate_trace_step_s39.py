@@ -61,7 +61,8 @@ def test_a_trace_too_long_at_its_own_step_is_loaded_at_the_given_step(tmp_path, 
     assert _simulate(tmp_path, trace, 60) == 0, capsys.readouterr().err
     assert "error" not in capsys.readouterr().err
     assert _simulate(tmp_path, trace, 1) == 2   # at --step 1 too many steps still: refused
-    assert "a step giving at most 1000 steps" in capsys.readouterr().err
+    assert (f"{trace}: field '--step': invalid value 1.0; allowed: a --step of at least 8 seconds loads it (at most "
+            "1000 steps over the trace's span)") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("seconds, every_s, largest", [

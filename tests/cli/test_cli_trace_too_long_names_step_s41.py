@@ -53,9 +53,11 @@ def test_simulate_at_a_step_too_fine_for_the_trace_names_the_finest_that_loads_a
                      "--out", str(tmp_path / f"out{step}"), "--trace", str(trace), "--step", str(step)])
 
     assert simulate(60) == 2
-    err = capsys.readouterr().err
-    assert f"{trace}: field 'step': invalid value '0 days 00:01:00'" in err, err
-    named = _named(err)
+    err = capsys.readouterr().err   # worded as simulate's refusal of a trace too short for --step: '--step', 60.0
+    found = re.search(rf"{re.escape(str(trace))}: field '--step': invalid value 60\.0; allowed: a --step of at least "
+                      r"(\d+) seconds loads it \(at most 5000000 steps over the trace's span\)", err)
+    assert found, err
+    named = int(found.group(1))
     assert named == 64
     _finest(trace, named)
     assert simulate(named) == 0, capsys.readouterr().err
