@@ -116,10 +116,8 @@ def _bounded(args: argparse.Namespace, y: pd.Series, step: float | None, horizon
     day = max(round(86400 / step), 3)
     if len(y) * day > MAX_STEP_PAIRS:
         least = _least_step(len(y) * step, args.stride, horizons)
-        raise InputError(args.trace, "--step", given_step, f"a --step of at least {least}s over this trace's span: "
-                         f"the backtest's outage mask reads each step against the day around it, at most "
-                         f"{MAX_STEP_PAIRS:g} such pairs, and makes at most {MAX_ORIGINS} forecasts per model "
-                         f"(here at --stride {args.stride})", detail=f"{len(y)} steps x {day} a day")
+        raise _least_refused(args, given_step, least, "the backtest's " + _work(args), horizons,
+                             detail=f"{len(y)} steps x {day} a day")
     origins = -(-len(y) // args.stride)
     if origins > MAX_ORIGINS:
         least = -(-len(y) // MAX_ORIGINS)
@@ -156,15 +154,29 @@ def _too_long(args: argparse.Namespace, exc, horizons: list[float]) -> InputErro
     bounded = _least_step(exc.span_s, args.stride, horizons)
     least = _dividing(max(exc.least_s, bounded, math.ceil(own or 0)), horizons)
     given_step = args.step if args.step else f"{60.0 if own is None else own:g}s (the trace's own step)"
-    why = (f"the loader resamples it at {exc.least_s}s or coarser (at most {MAX_STEPS} steps), the backtest's outage "
-           f"mask reads each step against the day around it (at most {MAX_STEP_PAIRS:g} such pairs) and it makes at "
-           f"most {MAX_ORIGINS} forecasts per model (here at --stride {args.stride})")
-    if own is not None and math.ceil(own) > max(exc.least_s, bounded):
-        why += f", and no --step finer than the trace's own ({own:g}s) is taken"
-    if any(not (h / least).is_integer() for h in horizons):
+    why = f"the loader resamples it at {exc.least_s}s or coarser (at most {MAX_STEPS} steps), the backtest's "
+    why += _work(args)
+    if own is not None and math.ceil(own) > max(exc.least_s, bounded):   # `_bounded` refuses one leaving steps empty
+        why += f", and the trace's own step is {own:g}s: a finer --step may leave steps empty and be refused"
+    return _least_refused(args, given_step, least, why, horizons, detail=exc.detail)
+
+
+def _work(args: argparse.Namespace) -> str:
+    """The backtest's bounds on its work, as its refusals of a --step too fine name them."""
+    return (f"outage mask reads each step against the day around it (at most {MAX_STEP_PAIRS:g} such pairs) and it "
+            f"makes at most {MAX_ORIGINS} forecasts per model (here at --stride {args.stride})")
+
+
+def _least_refused(args: argparse.Namespace, given_step: str, least: int, why: str, horizons: list[float],
+                   detail: str) -> InputError:
+    """--step (`given_step`) refused naming `least`, the least step the backtest runs the trace at (`why`). With
+    horizons, each a whole number of steps, a coarser step than `least` may not divide them: '--horizons then whole
+    multiples of it'. Said only by the too-long refusal, and there only where `least` left a horizon over, a 3-day
+    1s trace with --horizons 1001s was told 'at least 7s' (7 divides 1001), and --step 8 refused next for --horizons."""
+    if horizons:
         why += "; --horizons then whole multiples of it"
     return InputError(args.trace, "--step", given_step, f"a --step of at least {least}s over this trace's span: {why}",
-                      detail=exc.detail)
+                      detail=detail)
 
 
 def _dividing(least: int, horizons: list[float]) -> int:

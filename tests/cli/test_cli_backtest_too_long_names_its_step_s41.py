@@ -40,7 +40,7 @@ def test_a_daily_trace_at_1s_is_told_its_own_step(tmp_path, capsys):
     trace.write_text("timestamp,value\n" + "".join(f"{START + i * DAY},{5 + i % 3}\n" for i in range(70)))
     code = _backtest(trace, "--step", "1s", "--horizons", "1d")
     err = capsys.readouterr().err
-    assert "no --step finer than the trace's own (86400s) is taken" in err, err
+    assert "the trace's own step is 86400s: a finer --step may leave steps empty and be refused" in err, err
     assert _named_in(err, code, trace, "'1s'") == DAY
     assert _backtest(trace, "--step", str(DAY), "--horizons", "1d") == 0, capsys.readouterr().err
     assert _backtest(trace, "--step", "2", "--horizons", "1d") == 2   # the loader's least: finer than the trace's own
@@ -72,3 +72,20 @@ def test_a_1s_trace_with_a_row_days_on_is_told_the_step_its_backtest_runs_at(tmp
     assert _backtest(trace, "--step", str(named)) == 0, capsys.readouterr().err
     assert _backtest(trace, "--step", str(named - 1)) == 2   # one second finer: more origins than it makes
     assert "field '--stride'" in capsys.readouterr().err
+
+
+def test_a_1s_trace_whose_least_step_divides_the_horizons_is_told_they_must_be_whole_steps_of_it(tmp_path, capsys,
+                                                                                                 monkeypatch):
+    """The outage mask's bound refusing the trace's own step names the step as the too-long refusal does, with its
+    '--horizons then whole multiples of it': 7s divides 1001s, so it was left out, and --step 8, 'at least 7s', was
+    refused next for --horizons. MAX_STEP_PAIRS 1.5e7 stands for 1e9: 2 h at 1s stands for 3 days (least 7s both)."""
+    monkeypatch.setattr(forecast, "MAX_STEP_PAIRS", 1.5e7)
+    trace = tmp_path / "seconds.csv"
+    trace.write_text("timestamp,value\n" + "".join(f"{START + i},{5 + i % 7}\n" for i in range(7200)))
+    code = _backtest(trace, "--horizons", "1001s")
+    err = capsys.readouterr().err
+    assert _named_in(err, code, trace, "\"1s (the trace's own step)\"") == 7
+    assert "; --horizons then whole multiples of it (7200 steps x 86400 a day)" in err, err
+    assert _backtest(trace, "--horizons", "1001s", "--step", "7") == 0, capsys.readouterr().err
+    assert _backtest(trace, "--horizons", "1001s", "--step", "8") == 2   # at least 7s, not a multiple
+    assert "field '--horizons': invalid value '1001s'" in capsys.readouterr().err
