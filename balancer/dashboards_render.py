@@ -487,14 +487,15 @@ def selections(dashboard: dict, client: PromClient, window: tuple[float | None, 
                ) -> dict[str, Selection]:
     """Each query variable as Grafana selects it on first load, by name (`Selection`). An "All" variable is its
     `allValue` in the queries, whatever the format (as Grafana puts a custom `allValue`; `.*` where none is set), and
-    "All" in the titles; another is its first value (`_options`), as a regex (`re.escape`) in the queries and as it is
-    in the titles, or, without any, `.*` and "None" (the option Grafana gives a query variable without values).
-    Grafana fills titles with the text (`getDisplayTitle`'s 'text' format): a title "GPUs on $node" reads "GPUs on
-    node-a", not "GPUs on node\\-a". A panel or row repeated for a variable (`repeat`) is one copy per value
-    selected in Grafana, each titled with its value, and one here, holding every series: its title has the values
-    selected joined by ", " (`repeat_title`), every value the variable resolves to for All (so an All variable that
-    something repeats for is resolved too), as written without any. `window`: (end, range_s, step) of the render,
-    for the variables' own queries (`_options`; end None: now)."""
+    "All" in the titles; another is its first value (`_options`), escaped in the queries as Grafana's Prometheus data
+    source escapes a value without a format (`prometheus_escaped`) and as it is in the titles, or, without any, `.*`
+    and "None" (the option Grafana gives a query variable without values). Grafana fills titles with the text
+    (`getDisplayTitle`'s 'text' format): a title "GPUs on $node" reads "GPUs on node-a.1", not "GPUs on
+    node-a\\\\.1" (a multi-value variable's query value). A panel or row repeated for a variable (`repeat`) is one
+    copy per value selected in Grafana, each titled with its value, and one here, holding every series: its title
+    has the values selected joined by ", " (`repeat_title`), every value the variable resolves to for All (so an All
+    variable that something repeats for is resolved too), as written without any. `window`: (end, range_s, step) of
+    the render, for the variables' own queries (`_options`; end None: now)."""
     repeated = {name for names in repeats(dashboard.get("panels", [])).values() for name in names}
     chosen: dict[str, Selection] = {}
     for i, var in enumerate(dashboard.get("templating", {}).get("list", [])):
@@ -505,7 +506,7 @@ def selections(dashboard: dict, client: PromClient, window: tuple[float | None, 
         if everything:
             chosen[var["name"]] = Selection(var.get("allValue") or ".*", "All", (), options)
         elif options:
-            chosen[var["name"]] = Selection(re.escape(options[0]), options[0], options[:1], options)
+            chosen[var["name"]] = Selection(prometheus_escaped(options[:1], var), options[0], options[:1], options)
         else:
             chosen[var["name"]] = Selection(".*", "None")
     return chosen
@@ -524,6 +525,20 @@ def _queried(var: dict, chosen: dict[str, Selection], client: PromClient, window
         print(f"{where.split(':')[0]}: variable {var['name']!r}: its query failed, drawn without its options: {exc}",
               file=sys.stderr)
         return ()
+
+
+def prometheus_escaped(values: tuple[str, ...], var: dict) -> str:
+    """`values` selected of `var` in a query without a format, as Grafana's Prometheus data source writes them
+    (interpolateQueryExpr): a variable neither multi-value nor with All takes its one value with only `\\` and `'`
+    escaped (prometheusRegularEscape: `node-a.1` as it is, which `=~` reads as a regex, as in Grafana); a multi-value
+    or include-All one each value as a regex inside PromQL's double quotes (prometheusSpecialRegexEscape: `node-a.1`
+    is `node-a\\\\.1` in the query's text, the regex `node-a\\.1` once PromQL has read the string), several
+    joined by `|` in parentheses. Not Python's re.escape: its `\\-` is an escape sequence PromQL's string refuses
+    ("unknown escape sequence", HTTP 400), so any node name with a hyphen failed the render."""
+    if not var.get("multi") and not var.get("includeAll"):
+        return ",".join(v.replace("\\", "\\\\").replace("'", "\\\\'") for v in values)
+    escaped = [re.sub(r"[$^*{}\[\]'+?.()|]", lambda m: "\\\\" + m[0], v.replace("\\", "\\" * 4)) for v in values]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
 
 
 def _options(var: dict, chosen: dict[str, Selection], client: PromClient, window: tuple[float | None, int, int],

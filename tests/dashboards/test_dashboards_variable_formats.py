@@ -12,7 +12,7 @@ from test_dashboards_render import FakePrometheus
 
 from balancer import dashboards_render as dr
 
-NODE = dr.Selection(r"node\-a\.1", "node-a.1", ("node-a.1",))   # a value picked, as `selections` picks it
+NODE = dr.Selection("node-a.1", "node-a.1", ("node-a.1",))   # a value picked, as `selections` picks it
 CLUSTER = dr.Selection(".*", "All")                             # an All variable with its allValue
 VARIABLES = {"node": NODE, "cluster": CLUSTER}
 
@@ -27,8 +27,8 @@ VARIABLES = {"node": NODE, "cluster": CLUSTER}
          '"node-a.1" "node-a.1" \'node-a.1\' \'node-a.1\''),
         ('x{h=~"${node:text}", c=~"${cluster:regex}"} ${cluster:text}', 'x{h=~"node-a.1", c=~".*"} All'),
         ('x{h=~"${node.labels}", i="${node:queryparam}", d="${node:date:iso}"}',
-         r'x{h=~"node\-a\.1", i="node\-a\.1", d="node\-a\.1"}'),
-        ('x{h=~"${nodes:regex}"} [[nodes]] $nodeé', 'x{h=~"${nodes:regex}"} [[nodes]] node\\-a\\.1é'),
+         'x{h=~"node-a.1", i="node-a.1", d="node-a.1"}'),
+        ('x{h=~"${nodes:regex}"} [[nodes]] $nodeé', 'x{h=~"${nodes:regex}"} [[nodes]] node-a.1é'),
         ("x[${__range:raw}] / ${__interval_ms:text}", "x[3600s] / 60000"),
     ],
     ids=["regex", "raw, and All's allValue whatever the format", "pipe, csv, glob in brackets",
@@ -59,6 +59,12 @@ def test_a_render_sends_the_formatted_query_and_draws_the_formatted_title(monkey
     templating = {"list": [{"name": "node", "type": "query", "query": "label_values(gpu:temp, hostname)"}]}
     panel = {"type": "stat", "title": "${node:singlequote}", "gridPos": {"x": 0, "y": 0, "w": 6, "h": 8},
              "targets": [{"expr": 'gpu:temp{hostname=~"${node:regex}", h="[[node:raw]]"}'}]}
+    assert sent_queries(tmp_path, templating, panel) == [r'gpu:temp{hostname=~"node-a\.1", h="node-a.1"}']
+    assert [ax.get_title(loc="left") for ax in figures[0].axes] == ["'node-a.1'"]
+
+
+def sent_queries(tmp_path, templating: dict, panel: dict) -> list[str]:
+    """The range queries `render` sends for a dashboard of `panel` with `templating`, to a fake Prometheus."""
     boards = tmp_path / "boards"
     boards.mkdir()
     (boards / "board.json").write_text(json.dumps({"title": "t", "panels": [panel], "templating": templating}))
@@ -67,6 +73,4 @@ def test_a_render_sends_the_formatted_query_and_draws_the_formatted_title(monkey
         dr.render(fake.url, tmp_path / "png", dashboards_dir=boards, end=1_700_000_000)
     finally:
         fake.close()
-    assert [q["query"] for q in fake.queries if q["path"] == "/api/v1/query_range"] == [
-        r'gpu:temp{hostname=~"node-a\.1", h="node-a.1"}']
-    assert [ax.get_title(loc="left") for ax in figures[0].axes] == ["'node-a.1'"]
+    return [q["query"] for q in fake.queries if q["path"] == "/api/v1/query_range"]
