@@ -226,7 +226,7 @@ _DASHBOARD = {
     "title": _Need(str), "uid": str,
     "panels": _Need(list),   # of _PANEL, each checked by _check_panel (a row as _check_row: its title and place)
     "templating": {"list": [{"name": _Need(str), "type": str, "allValue": (str, type(None)),
-                             "query": (str, dict)}]},
+                             "query": (str, dict), "regex": str}]},
     "annotations": {"list": [{"expr": str}]},
 }
 _KINDS = {str: "a string", int: "an integer", dict: "an object", list: "a list", type(None): "null",
@@ -449,9 +449,22 @@ def _dashboard(path: Path) -> dict:
         for i, panel in enumerate(doc["panels"]):
             _check_panel(panel, f"panels[{i}]")
         _check_layout(doc["panels"])
+        _check_regexes(doc)
     except _Bad as bad:
         raise InputError(str(path), bad.where, bad.value, bad.allowed, bad.detail) from None
     return doc
+
+
+def _check_regexes(doc: dict) -> None:
+    """Every query variable's `regex` (the only variables whose regex Grafana applies, `_options`), read when the
+    dashboards are loaded, before any PNG is written: one Python cannot read was found only when the render resolved
+    that variable (some PNGs written, the error naming the dashboard's uid, not its file)."""
+    for i, var in enumerate(doc.get("templating", {}).get("list", [])):
+        if var.get("type") == "query" and var.get("regex"):
+            try:
+                _js_regex(var["regex"], f"templating.list[{i}].regex")
+            except InputError as exc:
+                raise _Bad(exc.field, exc.value, exc.allowed, exc.detail) from None
 
 
 def load_dashboards(directory: Path, uid: str | None = None) -> list[tuple[str, dict]]:

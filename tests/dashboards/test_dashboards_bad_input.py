@@ -491,3 +491,18 @@ def test_a_library_panel_with_an_inline_copy_is_drawn_as_the_library_placeholder
     report, queries = _rendered(tmp_path)
     assert "gpu:stale_copy" not in queries
     assert report.library_panels == {"board": ["Old copy"]} and report.series == {"board": {"GPUs": len(GPUS)}}
+
+
+@pytest.mark.parametrize(("regex", "detail"), [("/(?<=a+)b/", "look-behind requires fixed-width pattern"),
+                                               (5, None)], ids=["a regex Python cannot read", "not a string"])
+def test_a_variables_regex_python_cannot_read_is_refused_when_loaded_naming_file_field_value(tmp_path, capsys, regex,
+                                                                                              detail):
+    """Refused before any PNG is written, naming the file (it was found mid-render, some PNGs written, naming the
+    dashboard's uid), even where no panel repeats for the variable."""
+    var = {"name": "node", "type": "query", "query": "label_values(x, hostname)", "regex": regex}
+    line = _one_error(capsys, _render(tmp_path, {"title": "t", "uid": "u", "panels": [STAT],
+                                                 "templating": {"list": [var]}}))
+    assert line.startswith(f"gputide: error: {tmp_path / 'boards' / 'board.json'}: field 'templating.list[0].regex': "
+                           f"invalid value {regex!r}; allowed: ")
+    assert detail is None or detail in line
+    assert not (tmp_path / "png").exists(), "nothing is written for a refused dashboard"
