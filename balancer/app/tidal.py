@@ -108,14 +108,34 @@ def load_trace(path: str | None, fmt: str | None = None, step: str = "10min") ->
     try:
         y = load_demand(path, fmt, step=step)
     except TooLong as exc:
+        _refuse_no_demand(path, fmt, f"{exc.least_s}s", exc)
         most = MAX_STEPS * parse_step(step).total_seconds()
         raise InputError(path, "trace", f"a trace spanning {exc.span_s:.0f}s", f"a trace spanning at most {most:.0f}s "
                          f"({most / 86400 / 365.25:.1f} years): the tidal scenario plays it at {step} steps, at most "
                          f"{MAX_STEPS} of them, whatever --step") from exc
     y = mask_outages(y).interpolate(limit_direction="both")
     if not np.isfinite(y.to_numpy()).any() or float(y.max()) <= 0:
-        raise InputError(path, "trace", "no positive demand", "a trace with positive demand")
+        raise _no_demand(path)
     return y
+
+
+def _no_demand(path: str) -> InputError:
+    """The refusal of a trace with no positive demand, worded as the loader's of a simulator's trace
+    (`balancer.forecast.traces._at_load_step`): field 'value', as `simulate --scenario hotspot` says it."""
+    return InputError(path, "value", "no positive demand", "a trace with positive demand values",
+                      detail="every observed value is 0")
+
+
+def _refuse_no_demand(path: str, fmt: str, step: str, exc: TooLong) -> None:
+    """Refuses a trace too long at the scenario's step as having no positive demand where it has none, read at `step`
+    (the loader's least: it loads there): refused as too long, shortened, it was then refused as this, as a hotspot
+    trace was (e7b98461). Otherwise returns, for the too-long refusal to stand. An error path's second read only."""
+    try:
+        y = load_demand(path, fmt, step=step)
+    except InputError:   # refused there for another reason: the too-long refusal stands
+        return
+    if not (y > 0).any():
+        raise _no_demand(path) from exc
 
 
 def setup_tidal(sim: SimCluster, *, days: float, seed: int, trace: str | None = None, fmt: str | None = None,
