@@ -35,10 +35,10 @@ ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not re
 growth into the GPUs of a loan goes only once that loan came back applied or a dry run's, else it is rejected
 (`group_incomplete`): the loan held back or refused by the review, dropped on the fresh snapshot, or failed (`_act`,
 `_on_loans`: the plan orders loans before growths, `capacity_pools.apply_targets`), its workers on GPUs idle already
-sent alone (`_idle_part`). A capacity scale up that did not go out, or a reclaim shrink that frees GPUs for a
-latency-net step, is told to the planner as never proposed where its cause passes (`_unsent`: an emergency stop, a
-stale plan, an interrupted cycle; a lasting refusal of the guard is waited out as if made, and refused too,
-`planner.refuse`). What its actions leave on the fleet the
+sent alone (`_idle_part`) where the loan was refused or failed, not where it goes next cycle. A capacity scale up
+that did not go out, or a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never
+proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal of
+the guard is waited out as if made, and refused too, `planner.refuse`). What its actions leave on the fleet the
 actuator keeps up or releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is
 `balancer.loop_upkeep`.
 
@@ -156,21 +156,38 @@ def _on_loans(a: Action, gone: set[str]) -> TypeGuard[ScaleTraining]:
     is idle then, and into the loan's GPUs with the loan once it goes. A growth onto idle GPUs alone names no loan and
     goes."""
     return (isinstance(a, ScaleTraining) and a.cause == "loan" and a.workers > a.previous_workers
-            and not set(filter(None, a.service.split(","))) <= gone)
+            and not _loans(a) <= gone)
 
 
-def _idle_workers(a: ScaleTraining, min_gain: float) -> int:
+def _loans(a: ScaleTraining) -> set[str]:
+    """The services whose loans a tide growth grows into (`ScaleTraining.service`, comma-separated)."""
+    return set(filter(None, a.service.split(",")))
+
+
+def _idle_workers(a: ScaleTraining, min_gain: float, gone: set[str], lasting: set[str],
+                  snap: ClusterSnapshot) -> int:
     """The workers of a growth into the GPUs of loans (`_on_loans`) that go without them (`Reconciler._idle_part`):
     those GPUs idle already hold (`ScaleTraining.idle_workers`, the plan's count), where alone they meet the guard's
-    minimum gain (`min_gain`, `safety.minExpectedGain`); else none."""
-    return a.idle_workers if a.idle_gain >= min_gain else 0
+    minimum gain (`min_gain`, `safety.minExpectedGain`), every loan that did not go (not in `gone`) did not for a
+    lasting cause (`lasting`: refused by the review, the hand-over's hold-back aside, or failed: an HPA KEDA keeps,
+    RBAC), and the job does not restart on resize (`Workload.restarts_on_resize`); else none. A loan held back for
+    the ledger (`HeldForLedger`), dropped on the fresh snapshot or come back RETRY goes next cycle: its growth's idle
+    part sent alone now, the job's own cooldown (`safety.cooldownS`) then refused the growth into the loan's GPUs,
+    which sat idle for up to that cooldown; and a job that restarts on resize restarted twice, its workers counted
+    twice against the eviction budget."""
+    if a.idle_gain < min_gain or not _loans(a) - gone <= lasting:
+        return 0
+    if any(w.restarts_on_resize for w in snap.workloads_by_owner.get(a.job, ())):
+        return 0
+    return a.idle_workers
 
 
-def _sends_nothing(a: Action, min_gain: float) -> bool:
-    """Whether `a` goes only with loans (`_on_loans`), no part of it onto GPUs idle already that meets `min_gain`
-    (`_idle_workers`): without its loans, nothing of it is sent. A cycle whose actions all send nothing reads no fresh
-    snapshot: read, and failing, it held fail-static a cycle that acts on nothing, its rejections unrecorded."""
-    return _on_loans(a, set()) and not _idle_workers(a, min_gain)
+def _sends_nothing(a: Action, min_gain: float, lasting: set[str], snap: ClusterSnapshot) -> bool:
+    """Whether `a` goes only with loans (`_on_loans`), no part of it onto GPUs idle already that may go without them
+    (`_idle_workers`; an accepted loan makes the cycle send something anyway): without its loans, nothing of it is
+    sent. A cycle whose actions all send nothing reads no fresh snapshot: read, and failing, it held fail-static a
+    cycle that acts on nothing, its rejections unrecorded."""
+    return _on_loans(a, set()) and not _idle_workers(a, min_gain, set(), lasting, snap)
 
 
 def _is_loan(a: Action) -> TypeGuard[ScaleInference]:
@@ -367,14 +384,16 @@ class Reconciler:
             self.state = planner_mod.hold_back(self.state, held, now, before)   # a scale held back too (`_unsent`)
             refused = [a for a, exc in kept if not isinstance(exc, EmergencyStop)]
             min_gain = self.guard.policy.min_expected_gain
-            if all(_sends_nothing(a, min_gain) for a in review.accepted):   # none, or growths into loans refused:
-                self._act(list(review.accepted), snap, rejected, now, done)   # each rejected, no fresh snapshot read
+            lasting = {a.service for a, _ in kept if _is_loan(a)}   # loans refused: their growths' idle parts go
+            if all(_sends_nothing(a, min_gain, lasting, snap) for a in review.accepted):   # none, or growths into
+                self._act(list(review.accepted), snap, rejected, now, done, lasting)   # loans not gone: each rejected
             else:
                 fresh = self._observe(now, "fresh snapshot before acting: ")
                 if isinstance(fresh, CycleReport):
                     return fresh
                 try:   # what was applied is recorded whatever stops the cycle (an audit write, an unexpected error)
-                    self._act(self._revalidate(list(review.accepted), fresh, rejected, now), fresh, rejected, now, done)
+                    self._act(self._revalidate(list(review.accepted), fresh, rejected, now), fresh, rejected, now, done,
+                              lasting)
                 finally:
                     self._settle(done, fresh, now)
         finally:
@@ -546,20 +565,23 @@ class Reconciler:
                       tuple((a, w) for a, w in zip(actions, why) if w is not None))
 
     def _act(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float,
-             done: list[tuple[ActionResult, float]]) -> None:
+             done: list[tuple[ActionResult, float]], lasting: set[str]) -> None:
         """Apply the actions in turn while this replica may, each result appended to `done` with the clock when it came:
         `stop` and the Lease are checked before each, and once either says no the rest are rejected (counted, audited).
         An actuator that raises (not its own failure results) ends the cycle, the outcome unknown: spent. A training
         growth into the GPUs of a loan is sent only once every loan it names came back applied (or a dry run's), and
         rejected (`group_incomplete`, asking nothing: `fresh` unread) otherwise: a loan held back or refused by the
         review, dropped on the fresh snapshot, or failed (an HPA KEDA keeps, RBAC) keeps its GPUs, and the growth's
-        workers would wait pending on them (`_on_loans`; the plan orders loans first); the workers of it that GPUs
-        idle already hold go alone (`_idle_part`). Not sent, it is not remembered: the next plan grows anew."""
-        gone, min_gain = set[str](), self.guard.policy.min_expected_gain
+        workers would wait pending on them (`_on_loans`; the plan orders loans first). The workers of it that GPUs
+        idle already hold go alone (`_idle_part`) only where each loan that did not go was refused by the review or
+        failed (`lasting`, `_idle_workers`): one held back for the ledger, dropped on the fresh snapshot or come back
+        RETRY goes next cycle, and the growth whole with it. Not sent, it is not remembered: the next plan grows
+        anew."""
+        gone, lasting, min_gain = set[str](), set(lasting), self.guard.policy.min_expected_gain
         for i, planned in enumerate(actions):
             loaned = _on_loans(planned, gone)
-            if loaned and not _idle_workers(planned, min_gain):
-                self._idle_part(planned, rejected, now)   # rejected whole: nothing of it goes
+            if loaned and not _idle_workers(planned, min_gain, gone, lasting, fresh):
+                self._idle_part(planned, 0, rejected, now)   # rejected whole: nothing of it goes
                 continue
             why = self._interruption()   # before its idle part: a growth is rejected once, for what stops it
             if why is not None:
@@ -567,7 +589,8 @@ class Reconciler:
                 for skipped in actions[i:]:
                     self._reject(skipped, *why, rejected, now)
                 break
-            a = self._idle_part(planned, rejected, now) if loaned else planned
+            a = (self._idle_part(planned, _idle_workers(planned, min_gain, gone, lasting, fresh), rejected, now)
+                 if loaned else planned)
             if a is None:
                 continue
             self._progress(f"{a.kind} {a.target}")
@@ -583,6 +606,9 @@ class Reconciler:
                 if _is_loan(a):
                     gone.add(a.service)
             else:
+                if _is_loan(a) and res.outcome == Outcome.FAILED and not res.maybe_applied:   # for good: its
+                    # growths' idle parts go (one whose outcome is unknown may have gone: the next plan sees)
+                    lasting.add(a.service)
                 self.metrics.actuation_errors.labels(type=a.kind, outcome=str(res.outcome),
                                                      code=res.code or "unknown").inc()
             detail = res.detail + ("; outcome unknown: counted against the budgets" if res.maybe_applied else "")
@@ -591,14 +617,13 @@ class Reconciler:
             log.info("%s: %s %s", res.outcome, a.describe(), detail)
             self._audit(now, action_record(a, str(res.outcome), detail))
 
-    def _idle_part(self, a: ScaleTraining, rejected: list, now: float) -> ScaleTraining | None:
+    def _idle_part(self, a: ScaleTraining, part: int, rejected: list, now: float) -> ScaleTraining | None:
         """What of a growth into the GPUs of loans that did not go (`_on_loans`) is still sent: rejected
         (`group_incomplete`), and sent reduced to the workers GPUs idle already hold (`ScaleTraining.idle_workers`,
         the plan's count), where it has any and they alone meet the guard's minimum gain (`idle_gain`). Rejected
         whole, a growth onto an idle GPU and a loan's left the idle GPU idle for a cycle; the loan's part waits for
         the next plan, which grows into the loan's GPUs once the loan goes."""
         why = f"grows into GPUs that a loan of {a.service} frees, and that loan did not go"
-        part = _idle_workers(a, self.guard.policy.min_expected_gain)
         if part:
             why += f"; its +{part} workers on GPUs idle already sent alone"
         log.info("not sent %s: %s", a.describe(), why)
