@@ -307,24 +307,17 @@ def _one_zone_kind(raw: pd.Series, path: str, column: str) -> None:
 
 
 def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "",
-             coarsen_to: float | None = None, own: pd.Timedelta | None = None) -> pd.Series:
-    """`series` resampled at `step`. Too many steps are refused naming `step`, or `coarsen_to` where a caller asked for
-    it (`load_demand`): the step its user gave, finer than the trace's own when that was the one refused (a refusal
-    naming the own step, '0 days 00:01:00', named a step the user never gave; audit a11), and the finest whole
-    --step that loads it (`_least_loading`). `coarsen_to` is parsed here, on the refusal's path only, not once by the
-    caller: `_load_step` parses it only where the trace loads at it, and parsed for every load, a `coarsen_to` under
-    1s or NaN (a `SimCluster` step of 0.5 s) would refuse a 60 s trace that loads at its own step (session 41). Such
-    a `coarsen_to` (not finite, or under 1s: API callers only, `simulate --step` is at least 1s) is not named: the
-    trace was refused at its own step (`_load_step`), which is; parsed, it replaced the too-long refusal with
-    "'0.5': a duration of at least 1s" (audit a3).
-    The refusal is a `TooLong` carrying the span, that least step and `own` (the trace's own step, where a csv or
-    ServeGen trace has one) for a caller whose own bounds ask a coarser step (`balancer.cmd.forecast`)."""
+             own: pd.Timedelta | None = None) -> pd.Series:
+    """`series` resampled at `step`. Too many steps are refused naming `step`, the step it loaded at, and the finest
+    whole --step that loads it (`_least_loading`): a `TooLong` carrying the span, that least step and `own` (the
+    trace's own step, where a csv or ServeGen trace has one), for a caller to name its own flag
+    (`balancer.app.scenarios.load_trace_shape`: simulate's --step) or a step its own bounds ask
+    (`balancer.cmd.forecast`)."""
     series = series.sort_index()
     span = series.index[-1] - series.index[0] if len(series) else pd.Timedelta(0)
     if span / step > MAX_STEPS:
-        named = parse_step(repr(float(coarsen_to)), file=path or None) if _a_step(coarsen_to) else step
         least = _least_loading(span)
-        raise TooLong(path or None, "step", str(named), f"a --step of at least {least} seconds loads it (a step "
+        raise TooLong(path or None, "step", str(step), f"a --step of at least {least} seconds loads it (a step "
                       f"giving at most {MAX_STEPS} steps over the trace's span)",
                       detail=f"the trace spans {span.total_seconds():.0f}s", span_s=span.total_seconds(),
                       least_s=least, own_step_s=None if own is None else own.total_seconds())
@@ -334,11 +327,6 @@ def _regular(series: pd.Series, step: pd.Timedelta, how: str, path: str = "",
     out.index.freq = step
     out.name = "demand_rps"
     return out
-
-
-def _a_step(coarsen_to: float | None) -> bool:
-    """Whether `coarsen_to` reads as a --step (finite, at least 1s), to name in `_regular`'s refusal."""
-    return coarsen_to is not None and math.isfinite(coarsen_to) and coarsen_to >= 1
 
 
 def _least_loading(span: pd.Timedelta) -> int:
@@ -496,7 +484,7 @@ def _at_load_step(series: pd.Series, seconds: Decimal, step: pd.Timedelta | None
         raise InputError(path, "value", "no positive demand", "a trace with positive demand values",
                          detail="every observed value is 0")
     own = own_step(seconds, step, path, field, what, coarsen_to)
-    out = _regular(series, _load_step(own, step, coarsen_to, path), "mean", path, coarsen_to, own)
+    out = _regular(series, _load_step(own, step, coarsen_to, path), "mean", path, own)
     _own_step_of(out, own, what)
     return out
 
@@ -528,7 +516,8 @@ class TooLong(InputError):
     span in seconds; `least_s`, the finest whole-second step that loads it; `own_step_s`, its own step (a csv or
     ServeGen trace's; None for a requests log, whose steps are counts at any step). Told apart by
     `balancer.cmd.forecast.run`: a backtest bounds its work more tightly than the loader, and refuses a --step finer
-    than the trace's own, so the loader's least step alone, suggested there, was refused next (audit a3)."""
+    than the trace's own, so the loader's least step alone, suggested there, was refused next (audit a3); and by
+    `balancer.app.scenarios.load_trace_shape`, to name simulate's --step as its other refusals of a trace do."""
 
     def __init__(self, file: str | None, field: str, value: object, allowed: str, detail: str = "", *,
                  span_s: float, least_s: int, own_step_s: float | None) -> None:
@@ -616,7 +605,7 @@ def _load_requests(path: str, step: pd.Timedelta | None, coarsen_to: float | Non
     index = to_utc(df[cols["timestamp"]], path, "timestamp")
     _not_a_demand_trace(df, cols, index, path)
     step = _load_step(pd.Timedelta("1min"), step, coarsen_to, path)   # a log's own step: 1 min
-    rps = _regular(pd.Series(1.0, index=index), step, "sum", path, coarsen_to).fillna(0.0) / step.total_seconds()
+    rps = _regular(pd.Series(1.0, index=index), step, "sum", path).fillna(0.0) / step.total_seconds()
     if index.min() > rps.index[0]:   # the first step began before the log's first request: partly seen
         rps.iloc[0] = np.nan
     rps.iloc[-1] = np.nan   # the last ends after the log's last request

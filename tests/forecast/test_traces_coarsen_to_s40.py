@@ -93,15 +93,17 @@ def test_a_trace_is_read_once(tmp_path, monkeypatch, make, fmt, step_s):
 
 
 def test_too_many_steps_at_its_own_step_are_refused_naming_the_step_asked_for(tmp_path):
-    """Own step 600 s over 96 years (over 5M steps), coarsen_to 60: the refusal names 60 s, the step the simulator's
-    user gave, as the second load's did, not the trace's own 600 s."""
+    """Own step 600 s over 96 years (over 5M steps), step 60: the refusal names --step 60, the step the simulator's
+    user gave, not the trace's own 600 s; the loader names the step it loaded at (600 s), the same least step."""
     path = tmp_path / "t.csv"
     path.write_text("timestamp,value\n" + "".join(f"{t},1\n" for t in (0, 600, 1200, 96 * 365 * 86400)))
-    with pytest.raises(InputError) as two:
-        _two_loads(path, "csv", 60.0)
     with pytest.raises(InputError) as one:
         load_demand(path, "csv", coarsen_to=60.0)
-    assert str(one.value) == str(two.value) and "0 days 00:01:00" in str(one.value)
+    assert "0 days 00:10:00" in str(one.value)
+    with pytest.raises(InputError) as shape:
+        scenarios.load_trace_shape(str(path), "csv", 60.0)
+    assert str(shape.value).startswith(f"{path}: field '--step': invalid value 60.0; allowed: a --step of at least "
+                                       f"{one.value.least_s} seconds loads it"), shape.value
 
 
 def test_step_and_coarsen_to_together_are_a_programming_error(tmp_path):
