@@ -35,7 +35,7 @@ ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not re
 growth into the GPUs of a loan goes only once that loan came back applied or a dry run's, else it is rejected
 (`group_incomplete`): the loan held back or refused by the review, dropped on the fresh snapshot, or failed (`_act`,
 `_on_loans`: the plan orders loans before growths, `capacity_pools.apply_targets`), its workers on GPUs idle already
-sent alone (`_idle_part`) where the loan was refused or failed, not where it goes next cycle. A capacity scale up
+sent alone (`_reduced`) where the loan was refused or failed, not where it goes next cycle. A capacity scale up
 that did not go out, or a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never
 proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal of
 the guard is waited out as if made, and refused too, `planner.refuse`). What its actions leave on the fleet the
@@ -166,7 +166,7 @@ def _loans(a: ScaleTraining) -> set[str]:
 
 def _idle_workers(a: ScaleTraining, min_gain: float, gone: set[str], lasting: set[str],
                   snap: ClusterSnapshot) -> int:
-    """The workers of a growth into the GPUs of loans (`_on_loans`) that go without them (`Reconciler._idle_part`):
+    """The workers of a growth into the GPUs of loans (`_on_loans`) that go without them (`_reduced`):
     those GPUs idle already hold (`ScaleTraining.idle_workers`, the plan's count), where alone they meet the guard's
     minimum gain (`min_gain`, `safety.minExpectedGain`), every loan that did not go (not in `gone`) did not for a
     lasting cause (`lasting`: refused by the review, the hand-over's hold-back aside, or failed: an HPA KEDA keeps,
@@ -188,6 +188,16 @@ def _sends_nothing(a: Action, min_gain: float, lasting: set[str], snap: ClusterS
     sent. A cycle whose actions all send nothing reads no fresh snapshot: read, and failing, it held fail-static a
     cycle that acts on nothing, its rejections unrecorded."""
     return _on_loans(a, set()) and not _idle_workers(a, min_gain, set(), lasting, snap)
+
+
+def _reduced(a: ScaleTraining, part: int) -> ScaleTraining:
+    """A growth into the GPUs of loans that did not go (`_on_loans`) reduced to its `part` of workers on GPUs idle
+    already (`_idle_workers`, the plan's count `ScaleTraining.idle_workers`) and their gain alone (`idle_gain`), no
+    loan named. Rejected whole, a growth onto an idle GPU and a loan refused or failed left the idle GPU idle for a
+    cycle; the loan's part waits for the next plan, which grows into the loan's GPUs once the loan goes."""
+    return replace(a, workers=a.previous_workers + part, expected_gain=a.idle_gain, service="", idle_workers=0,
+                   idle_gain=0.0, reason=f"{a.reason}; reduced to +{part} on GPUs idle already: the loan of "
+                   f"{a.service} it also grows into did not go")
 
 
 def _is_loan(a: Action) -> TypeGuard[ScaleInference]:
@@ -573,15 +583,16 @@ class Reconciler:
         rejected (`group_incomplete`, asking nothing: `fresh` unread) otherwise: a loan held back or refused by the
         review, dropped on the fresh snapshot, or failed (an HPA KEDA keeps, RBAC) keeps its GPUs, and the growth's
         workers would wait pending on them (`_on_loans`; the plan orders loans first). The workers of it that GPUs
-        idle already hold go alone (`_idle_part`) only where each loan that did not go was refused by the review or
+        idle already hold go alone (`_reduced`) only where each loan that did not go was refused by the review or
         failed (`lasting`, `_idle_workers`): one held back for the ledger, dropped on the fresh snapshot or come back
         RETRY goes next cycle, and the growth whole with it. Not sent, it is not remembered: the next plan grows
         anew."""
         gone, lasting, min_gain = set[str](), set(lasting), self.guard.policy.min_expected_gain
         for i, planned in enumerate(actions):
             loaned = _on_loans(planned, gone)
-            if loaned and not _idle_workers(planned, min_gain, gone, lasting, fresh):
-                self._idle_part(planned, 0, rejected, now)   # rejected whole: nothing of it goes
+            part = _idle_workers(planned, min_gain, gone, lasting, fresh) if loaned else 0
+            if loaned and not part:
+                self._not_sent(planned, 0, rejected, now)   # rejected whole: nothing of it goes
                 continue
             why = self._interruption()   # before its idle part: a growth is rejected once, for what stops it
             if why is not None:
@@ -589,10 +600,10 @@ class Reconciler:
                 for skipped in actions[i:]:
                     self._reject(skipped, *why, rejected, now)
                 break
-            a = (self._idle_part(planned, _idle_workers(planned, min_gain, gone, lasting, fresh), rejected, now)
-                 if loaned else planned)
-            if a is None:
-                continue
+            a = planned
+            if loaned:   # its loans' part rejected, its idle part sent
+                self._not_sent(planned, part, rejected, now)
+                a = _reduced(planned, part)
             self._progress(f"{a.kind} {a.target}")
             try:
                 res = self.actuator.apply(a, fresh)
@@ -617,22 +628,14 @@ class Reconciler:
             log.info("%s: %s %s", res.outcome, a.describe(), detail)
             self._audit(now, action_record(a, str(res.outcome), detail))
 
-    def _idle_part(self, a: ScaleTraining, part: int, rejected: list, now: float) -> ScaleTraining | None:
-        """What of a growth into the GPUs of loans that did not go (`_on_loans`) is still sent: rejected
-        (`group_incomplete`), and sent reduced to the workers GPUs idle already hold (`ScaleTraining.idle_workers`,
-        the plan's count), where it has any and they alone meet the guard's minimum gain (`idle_gain`). Rejected
-        whole, a growth onto an idle GPU and a loan's left the idle GPU idle for a cycle; the loan's part waits for
-        the next plan, which grows into the loan's GPUs once the loan goes."""
+    def _not_sent(self, a: ScaleTraining, part: int, rejected: list, now: float) -> None:
+        """A growth into the GPUs of loans that did not go (`_on_loans`) logged and rejected (`group_incomplete`),
+        saying where its `part` of workers on GPUs idle already (`_idle_workers`) goes alone (`_reduced`)."""
         why = f"grows into GPUs that a loan of {a.service} frees, and that loan did not go"
         if part:
             why += f"; its +{part} workers on GPUs idle already sent alone"
         log.info("not sent %s: %s", a.describe(), why)
         self._reject(a, GroupIncomplete.reason, why, rejected, now)
-        if not part:
-            return None
-        return replace(a, workers=a.previous_workers + part, expected_gain=a.idle_gain, service="", idle_workers=0,
-                       idle_gain=0.0, reason=f"{a.reason}; reduced to +{part} on GPUs idle already: the loan of "
-                       f"{a.service} it also grows into did not go")
 
     def _interruption(self) -> tuple[str, str] | None:
         """(reason, why) no further action may start: `stop` or an emergency stop (flag or file) is set, or the Lease

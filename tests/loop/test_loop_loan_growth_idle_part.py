@@ -2,7 +2,7 @@
 into the idle GPUs first, then into those its loans (inference scale-downs) free, in one growth naming the loans
 (`capacity_pools.Pools.training_actions`); the loop does not send a growth whose loan did not go (`loop._on_loans`).
 Rejected whole, the idle GPUs it took stayed idle until the next cycle's plan; now the plan counts the workers the
-idle GPUs hold (`ScaleTraining.idle_workers`) and the loop sends the growth reduced to them (`loop._idle_part`), the
+idle GPUs hold (`ScaleTraining.idle_workers`) and the loop sends the growth reduced to them (`loop._reduced`), the
 loan's part rejected as before (`group_incomplete`).
 
 The fleet is tests/loop/test_loop_held_back_loan_growth.py's with fast (priority 5, two workers) allowed five: at
@@ -76,7 +76,7 @@ class FailsFresh(Wide):
 
 
 def test_a_cycle_whose_idle_part_is_below_the_minimum_gain_reads_no_fresh_snapshot() -> None:
-    """Only an idle part the guard's minimum gain lets go is sent (`loop._idle_part`): a cycle whose growth has none
+    """Only an idle part the guard's minimum gain lets go is sent (`loop._idle_workers`): a cycle whose growth has none
     such sends nothing, and reads no fresh snapshot (`loop._sends_nothing`). Before, it read one, and when that read
     failed the cycle held fail-static: the growth's rejection was neither audited nor counted."""
     rec, _, clock = tide(Store(), refuse=True)
