@@ -119,7 +119,8 @@ def _api_error(body: bytes) -> str:
 
 
 class PromClient:
-    """The two Prometheus HTTP API calls the renderer needs, over urllib."""
+    """The Prometheus HTTP API calls the renderer needs, over urllib: range queries for the panels, and for the
+    variables' own queries the label values and instant queries Grafana's variable queries run."""
 
     def __init__(self, url: str, timeout: float = 30.0) -> None:
         if not url.startswith(("http://", "https://")):
@@ -150,6 +151,10 @@ class PromClient:
             points = np.array(item["values"], dtype=float).reshape(-1, 2)
             out.append(Series(dict(item["metric"]), points[:, 0], points[:, 1]))
         return out
+
+    def query(self, expr: str, at: float) -> dict:
+        """An instant query (`/api/v1/query`) at `at`: the API's answer, `resultType` and `result`, as it is."""
+        return self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
 
     def label_values(self, match: str, label: str) -> list[str]:
         return sorted(self._get(f"/api/v1/label/{urllib.parse.quote(label)}/values", {"match[]": match}))
@@ -571,18 +576,27 @@ def _options(var: dict, chosen: dict[str, Selection], client: PromClient, window
         found = client.label_values(interpolate(m[1], chosen, step, range_s), m[2])
     elif m := re.match(r"query_result\((.+)\)$", query, re.DOTALL):
         at = time.time() if end is None else end
-        found = [_result_text(s) for s in client.query_range(interpolate(m[1], chosen, step, range_s), at, at, step)
-                 if len(s.values)]
+        found = _result_texts(client.query(interpolate(m[1], chosen, step, range_s), at))
     else:
         return []
     return _matched(found, var.get("regex") or "", where)
 
 
-def _result_text(series: Series) -> str:
-    """A series of a `query_result` variable's answer as Grafana writes it for the variable's regex."""
-    labels = ",".join(f'{k}="{v}"' for k, v in series.labels.items() if k != "__name__")
-    value = np.format_float_positional(series.values[-1], trim="-")
-    return f"{series.labels.get('__name__', '')}{{{labels}}} {value} {int(series.times[-1] * 1000)}"
+def _result_texts(data: dict) -> list[str]:
+    """A `query_result` variable's instant query answer as Grafana's metricFindQuery writes it for the variable's
+    regex: each series of a vector `name{label="value",...} value timestamp_ms` (the value as Prometheus wrote it), a
+    scalar's or string's value as it is; a matrix (a range vector selector's) none."""
+    result = data.get("result") or []
+    if data.get("resultType") in ("scalar", "string"):
+        return [str(result[1])] if len(result) > 1 else []
+    if data.get("resultType") != "vector":
+        return []
+    out = []
+    for item in result:
+        metric, (at, value) = item["metric"], item["value"]
+        labels = ",".join(f'{k}="{v}"' for k, v in metric.items() if k != "__name__")
+        out.append(f"{metric.get('__name__', '')}{{{labels}}} {value} {round(float(at) * 1000)}")
+    return out
 
 
 def _matched(found: list[str], regex: str, where: str) -> list[str]:

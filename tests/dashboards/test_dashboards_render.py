@@ -43,6 +43,11 @@ class FakePrometheus:
                 if url.path == "/api/v1/query_range":
                     none = empty or any(m in params["query"] for m in owner.missing)
                     data = {"resultType": "matrix", "result": [] if none else owner.result(params)}
+                elif url.path == "/api/v1/query":   # an instant query: each series' sample at `time`
+                    at = float(params["time"])   # (at + 1e-9 is at: a range from it to it + 1 holds one step)
+                    data = {"resultType": "vector", "result": [
+                        {"metric": r["metric"], "value": r["values"][0]}
+                        for r in owner.result({"query": params["query"], "start": at, "end": at + 1, "step": 60})]}
                 elif url.path.startswith("/api/v1/label/"):
                     data = ["1h"]
                 else:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
+from test_dashboards_render import FakePrometheus
 from test_dashboards_title_variables import render_titles
 
 from balancer import dashboards_render as dr
-from balancer.dashboards_draw import Series
 from balancer.errors import InputError
 
 GRID = {"x": 0, "y": 1, "w": 6, "h": 8}
@@ -53,9 +52,10 @@ class _Answers:
     def __init__(self, services: list[str]) -> None:
         self.services, self.asked = services, []
 
-    def query_range(self, expr: str, start: float, end: float, step: int) -> list[Series]:
-        self.asked.append((expr, start, end))
-        return [Series({"service": s, "cluster": "c1"}, np.array([end]), np.array([1.0])) for s in self.services]
+    def query(self, expr: str, at: float) -> dict:
+        self.asked.append((expr, at))
+        return {"resultType": "vector", "result": [{"metric": {"service": s, "cluster": "c1"}, "value": [at, "1"]}
+                                                   for s in self.services]}
 
     def label_values(self, match: str, label: str) -> list[str]:
         return ["c1"]
@@ -68,8 +68,8 @@ def test_tidal_capacitys_demand_panel_is_titled_with_every_service_it_draws():
     prometheus = _Answers(["batch", "team-a/chat"])
     chosen = dr.selections(board, prometheus, (1_700_000_000.0, 7200, 60))
     assert (chosen["service"].value, chosen["service"].options) == (".*", ("batch", "team-a/chat"))
-    ((expr, start, end),) = prometheus.asked
-    assert (start, end) == (1_700_000_000.0, 1_700_000_000.0) and "[7200s]" in expr and "$" not in expr.split('"$1"')[0]
+    ((expr, at),) = prometheus.asked   # one instant query (`PromClient.query`) at the render's end
+    assert at == 1_700_000_000.0 and "[7200s]" in expr and "$" not in expr.split('"$1"')[0]
     ((where, panel),) = [(w, p) for w, p in dr.layout(board["panels"])[0] if p.get("repeat")]
     title = dr.repeat_title(panel["title"], chosen, dr.repeats(board["panels"])[where])
     assert title == "Demand vs forecast: batch, team-a/chat"
@@ -89,3 +89,23 @@ def test_a_variables_regex_python_cannot_read_is_refused_naming_it():
         {"name": "node", "type": "query", "query": "label_values(x, hostname)", "regex": "/(?<=a+)b/"}]}}
     with pytest.raises(InputError, match=r"dashboard 'b': templating.list\[0\].regex.*'/\(\?<=a\+\)b/'"):
         dr.selections(board, _Answers([]))
+
+
+def test_a_query_result_variable_is_one_instant_query_at_the_renders_end(tmp_path):
+    """Grafana runs query_result as an instant query (/api/v1/query); it was a range query with start = end, over
+    `last_over_time(...[$__range])`. Through the HTTP API: tidal-capacity's service query asked once, at --end."""
+    fake = FakePrometheus()
+    try:
+        dr.render(fake.url, tmp_path, uid="gputide-tidal-capacity", end=1_700_000_000)
+    finally:
+        fake.close()
+    service = [q for q in fake.queries if "group by (service) (label_replace(last_over_time(" in q.get("query", "")]
+    assert [(q["path"], q["time"]) for q in service] == [("/api/v1/query", "1700000000.000")]
+
+
+def test_query_result_texts_are_written_as_grafanas_metric_find_query_writes_them():
+    vector = {"resultType": "vector", "result": [{"metric": {"__name__": "up", "job": "a"}, "value": [1.5, "1e+00"]},
+                                                 {"metric": {}, "value": [2, "NaN"]}]}
+    assert dr._result_texts(vector) == ['up{job="a"} 1e+00 1500', "{} NaN 2000"]
+    assert dr._result_texts({"resultType": "scalar", "result": [2, "42"]}) == ["42"]
+    assert dr._result_texts({"resultType": "matrix", "result": [{"metric": {}, "values": [[1, "1"]]}]}) == []
