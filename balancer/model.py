@@ -227,6 +227,16 @@ class ClusterSnapshot:
         return _ByOwner(self.workloads)
 
     @cached_property
+    def suspended_by_name(self) -> Mapping[str, SuspendedJob]:
+        """The jobs suspended to 0 workers (`suspended_jobs`) by name, the first listed where a name repeats: the
+        minimum of a resume (`simulate`) and the namespace the guard reads for it (`safety_context`) are looked up
+        here, not by a scan of the list per action."""
+        by: dict[str, SuspendedJob] = {}
+        for j in self.suspended_jobs or ():
+            by.setdefault(j.name, j)
+        return MappingProxyType(by)
+
+    @cached_property
     def admission(self) -> Admission:
         """Where a workload may run by Kubernetes' rules (balancer/admission.py), with its per-snapshot caches."""
         return Admission(self)

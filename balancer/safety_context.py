@@ -65,11 +65,12 @@ class ReviewContext:
 def _suspended(s: ClusterSnapshot, job: str) -> list[Workload]:
     """A job suspended to 0 workers (`ClusterSnapshot.suspended_jobs`) as the one worker its resume brings back:
     it has no pods, so without it the guard found no namespace for a resume, and a stopped or protected namespace
-    let it through. Its name is the job's; nothing is placed under it."""
-    return [Workload(name=j.name, workload_class=WorkloadClass.TRAINING, namespace=j.namespace, owner=j.name,
-                     priority=j.priority, gpus=j.gpus_per_worker, allowed_models=j.allowed_models,
-                     elastic_min=j.elastic_min, elastic_max=j.elastic_max)
-            for j in s.suspended_jobs or () if j.name == job][:1]
+    let it through. Its name is the job's; nothing is placed under it (`ClusterSnapshot.suspended_by_name`)."""
+    j = s.suspended_by_name.get(job)
+    return [] if j is None else [Workload(name=j.name, workload_class=WorkloadClass.TRAINING, namespace=j.namespace,
+                                          owner=j.name, priority=j.priority, gpus=j.gpus_per_worker,
+                                          allowed_models=j.allowed_models, elastic_min=j.elastic_min,
+                                          elastic_max=j.elastic_max)]
 
 
 def touched_nodes(a: Action, s: ClusterSnapshot) -> set[str]:

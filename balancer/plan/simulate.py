@@ -292,8 +292,11 @@ class Projection:
         members = [w for w in self.snapshot.workloads_by_owner.get(a.job, ()) if w.name in self.placements]
         # a job with no worker placed (suspended, `ClusterSnapshot.suspended_jobs`) has its minimum in its listing:
         # a resume below it would start a job that cannot run
-        floor = min((w.elastic_min for w in members),
-                    default=next((j.elastic_min for j in self.snapshot.suspended_jobs or () if j.name == a.job), 0))
+        if members:
+            floor = min(w.elastic_min for w in members)
+        else:   # looked up only then: before, the listing was scanned on every resize of a job with workers placed
+            suspended = self.snapshot.suspended_by_name.get(a.job)
+            floor = suspended.elastic_min if suspended else 0
         if a.workers < floor and a.workers != 0:
             return f"below the job's elastic minimum ({floor})"
         base = self.base_workers.get(a.job, current)
