@@ -56,7 +56,6 @@ import json
 import math
 import os
 import re
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -176,6 +175,8 @@ class RenderReport:
     library_panels: dict[str, list[str]] = field(default_factory=dict)
     # per dashboard, each annotation drawn: (name, matplotlib colour, event times)
     markers: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
+    # per dashboard, each variable whose query failed (drawn without its options, as Grafana does): (name, error)
+    failed_variables: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
     @property
     def not_applicable(self) -> dict[str, list[str]]:
@@ -503,8 +504,8 @@ class Selection:
     custom_all: bool = False        # All selected, with the variable's own allValue (`value`)
 
 
-def selections(dashboard: dict, client: PromClient, window: tuple[float | None, int, int] = (None, 3600, 60)
-               ) -> dict[str, Selection]:
+def selections(dashboard: dict, client: PromClient, window: tuple[float | None, int, int] = (None, 3600, 60),
+               failed: list[tuple[str, str]] | None = None) -> dict[str, Selection]:
     """Each query variable as Grafana selects it on first load, by name (`Selection`). An "All" variable is its
     `allValue` in the queries, whatever the format (as Grafana puts a custom `allValue`; `.*` where none is set), and
     "All" in the titles; another is its first value (`_options`), escaped in the queries as Grafana's Prometheus data
@@ -515,14 +516,16 @@ def selections(dashboard: dict, client: PromClient, window: tuple[float | None, 
     copy per value selected in Grafana, each titled with its value, and one here, holding every series: its title
     has the values selected joined by ", " (`repeat_title`), every value the variable resolves to for All (so an All
     variable that something repeats for is resolved too), as written without any. `window`: (end, range_s, step) of
-    the render, for the variables' own queries (`_options`; end None: now)."""
+    the render, for the variables' own queries (`_options`; end None: now); `failed` gets each variable whose query
+    failed, with the error (`_queried`)."""
     repeated = {name for names in repeats(dashboard.get("panels", [])).values() for name in names}
     chosen: dict[str, Selection] = {}
     for i, var in enumerate(dashboard.get("templating", {}).get("list", [])):
         if var.get("type") != "query":
             continue
         everything, where = var.get("includeAll"), f"dashboard {dashboard.get('uid')!r}: templating.list[{i}].regex"
-        options = _queried(var, chosen, client, window, where) if not everything or var["name"] in repeated else ()
+        options = (_queried(var, chosen, client, window, where, [] if failed is None else failed)
+                   if not everything or var["name"] in repeated else ())
         if everything:
             chosen[var["name"]] = Selection(var.get("allValue") or ".*", "All", (), options, True,
                                             bool(var.get("allValue")))
@@ -534,17 +537,16 @@ def selections(dashboard: dict, client: PromClient, window: tuple[float | None, 
 
 
 def _queried(var: dict, chosen: dict[str, Selection], client: PromClient, window: tuple[float | None, int, int],
-             where: str) -> tuple[str, ...]:
+             where: str, failed: list[tuple[str, str]]) -> tuple[str, ...]:
     """A variable's options (`_options`), or none where its query fails (Prometheus answers an error, a 4xx, or
     cannot be reached: `TelemetryUnavailable`). Grafana draws the dashboard when a variable's query fails, the
     variable without options (a title that names it repeated stays as written, a query gets `.*` or its allValue);
-    the render goes on, saying so on stderr once for the variable (a Prometheus not reached fails the panels' own
-    queries next)."""
+    the render goes on, the variable and its error added to `failed` (`RenderReport.failed_variables`, which the
+    command prints; a Prometheus not reached fails the panels' own queries next)."""
     try:
         return tuple(_options(var, chosen, client, window, where))
     except TelemetryUnavailable as exc:
-        print(f"{where.split(':')[0]}: variable {var['name']!r}: its query failed, drawn without its options: {exc}",
-              file=sys.stderr)
+        failed.append((var["name"], str(exc)))
         return ()
 
 
@@ -866,7 +868,10 @@ HARDWARE_SERIES, HARDWARE_PRESENT = "gpu_instance:", "count(gpu_instance:profile
 @matplotlib.rc_context({"text.parse_math": False})
 def render_dashboard(dashboard: dict, renderer: _Renderer, out: Path, report: RenderReport, name: str) -> Path:
     window = (renderer.end, int(renderer.end - renderer.start), renderer.step)
-    variables = selections(dashboard, renderer.client, window)
+    failed: list[tuple[str, str]] = []
+    variables = selections(dashboard, renderer.client, window, failed)
+    if failed:
+        report.failed_variables[name] = failed
     placed, headers = layout(dashboard["panels"])
     repeated = repeats(dashboard["panels"])
     header = 2  # grid rows above the panels for the dashboard title

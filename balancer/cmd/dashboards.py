@@ -64,6 +64,10 @@ def run_render(args: argparse.Namespace) -> int:
         return 1
     for path in report.written:
         print(path)
+    for name, failed in report.failed_variables.items():   # drawn without their options, as Grafana draws them
+        for variable, error in failed:
+            print(f"{name}: variable {variable!r}: its query failed, drawn without its options: {error}",
+                  file=sys.stderr)
     empty = {name: panels for name, panels in report.empty_panels.items() if panels}
     for name, panels in empty.items():
         print(f"{name}: no data for {', '.join(panels)}", file=sys.stderr)

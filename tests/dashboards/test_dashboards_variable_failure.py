@@ -32,4 +32,5 @@ def test_a_failing_variable_query_leaves_the_title_as_written_and_the_render_goe
     assert "Demand vs forecast: $service" in titles
     assert [p.name for p in tmp_path.iterdir()] == ["tidal-capacity.png"]
     assert err.count("variable 'service': its query failed") == 1 and "too many samples" in err
+    assert "tidal-capacity: variable 'service': its query failed, drawn without its options" in err   # by file
     assert any(SERVICE_QUERY in q.get("query", "") for q in fake.queries)   # it was asked, and failed
