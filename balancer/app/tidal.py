@@ -51,7 +51,7 @@ from balancer.app.capacity_run import CapacityLoopPlanner
 from balancer.errors import InputError
 from balancer.forecast import load_demand
 from balancer.forecast.online import DemandForecaster
-from balancer.forecast.traces import MAX_STEPS, TooLong, mask_outages, parse_step
+from balancer.forecast.traces import MAX_STEPS, TooFewSteps, TooLong, mask_outages, parse_step
 from balancer.model import ClusterSnapshot, Forecast
 from balancer.plan.baselines import ReactivePolicy, ReactiveState, plan_reactive, plan_static
 from balancer.plan.capacity import (
@@ -102,7 +102,9 @@ def safe_rate(mu: float, slo_s: float = SLO_S, base_s: float = BASE_S, eps: floa
 def load_trace(path: str | None, fmt: str | None = None, step: str = "10min") -> pd.Series:
     """The trace at `step` (10 min: the scenario's own, whatever `simulate --step` is), outages interpolated. One too
     long at it is refused as too long for the scenario: the loader's 'a --step of at least 800 seconds loads it'
-    named a --step, the simulator's, that the scenario never loads its trace at (audit a3)."""
+    named a --step, the simulator's, that the scenario never loads its trace at (audit a3). One too long or spanning
+    under two steps with no positive demand is refused as having none, as hotspot refuses it at once: a 1-minute
+    trace of zeros was refused as under two steps, and made 20 minutes long, as having no demand."""
     path = str(path or DEFAULT_TRACE)
     fmt = fmt or ("servegen" if Path(path).is_dir() else "csv")
     try:
@@ -113,6 +115,9 @@ def load_trace(path: str | None, fmt: str | None = None, step: str = "10min") ->
         raise InputError(path, "trace", f"a trace spanning {exc.span_s:.0f}s", f"a trace spanning at most {most:.0f}s "
                          f"({most / 86400 / 365.25:.1f} years): the tidal scenario plays it at {step} steps, at most "
                          f"{MAX_STEPS} of them, whatever --step") from exc
+    except TooFewSteps as exc:   # under two 10-minute steps: at 1s, under 1200 of them, it loads
+        _refuse_no_demand(path, fmt, "1s", exc)
+        raise
     y = mask_outages(y).interpolate(limit_direction="both")
     if not np.isfinite(y.to_numpy()).any() or float(y.max()) <= 0:
         raise _no_demand(path)
@@ -126,13 +131,14 @@ def _no_demand(path: str) -> InputError:
                       detail="every observed value is 0")
 
 
-def _refuse_no_demand(path: str, fmt: str, step: str, exc: TooLong) -> None:
-    """Refuses a trace too long at the scenario's step as having no positive demand where it has none, read at `step`
-    (the loader's least: it loads there): refused as too long, shortened, it was then refused as this, as a hotspot
-    trace was (e7b98461). Otherwise returns, for the too-long refusal to stand. An error path's second read only."""
+def _refuse_no_demand(path: str, fmt: str, step: str, exc: TooLong | TooFewSteps) -> None:
+    """Refuses a trace too long, or spanning under two steps, at the scenario's step as having no positive demand
+    where it has none, read at `step` (the too-long one's least, 1s the other's: it loads there): refused as too long
+    (or short), changed to fit, it was then refused as this, as a hotspot trace was (e7b98461). Otherwise returns, for
+    `exc`, the loader's refusal, to stand. An error path's second read only."""
     try:
         y = load_demand(path, fmt, step=step)
-    except InputError:   # refused there for another reason: the too-long refusal stands
+    except InputError:   # refused there for another reason: `exc` stands
         return
     if not (y > 0).any():
         raise _no_demand(path) from exc

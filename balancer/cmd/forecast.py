@@ -171,8 +171,9 @@ def _least_refused(args: argparse.Namespace, given_step: str, least: int, why: s
                    detail: str) -> InputError:
     """--step (`given_step`) refused naming `least`, the least step the backtest runs the trace at (`why`). With
     horizons, each a whole number of steps, a coarser step than `least` may not divide them: '--horizons then whole
-    multiples of it'. Said only by the too-long refusal, and there only where `least` left a horizon over, a 3-day
-    1s trace with --horizons 1001s was told 'at least 7s' (7 divides 1001), and --step 8 refused next for --horizons."""
+    multiples of it'. Said by both refusals, the too-long trace's and the backtest's work's, wherever horizons are
+    given: a 3-day 1s trace with --horizons 1001s was told 'at least 7s' (7 divides 1001), and --step 8 refused next
+    for --horizons."""
     if horizons:
         why += "; --horizons then whole multiples of it"
     return InputError(args.trace, "--step", given_step, f"a --step of at least {least}s over this trace's span: {why}",

@@ -43,3 +43,14 @@ def test_a_trace_of_zeros_too_long_for_tidal_is_refused_as_having_no_demand(tmp_
     trace.write_text("timestamp,value\n0,0\n600,\n1200,0\n4000000000,0\n")
     err = _refused(tmp_path, capsys, trace)
     assert f"{trace}: {NO_DEMAND}" in err, err
+
+
+def test_a_trace_of_zeros_under_two_steps_for_tidal_is_refused_as_having_no_demand(tmp_path, capsys):
+    """A 1-minute trace of zeros was refused as under two 10-minute steps ('field 'rows': invalid value 1'), then,
+    made 20 minutes long, as having no demand; hotspot refuses it as that at once."""
+    trace = tmp_path / "short.csv"
+    trace.write_text("timestamp,value\n0,0\n60,0\n")
+    err = _refused(tmp_path, capsys, trace)
+    assert f"{trace}: {NO_DEMAND}" in err, err
+    assert "'rows'" not in err, err
+
