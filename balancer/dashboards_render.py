@@ -500,8 +500,9 @@ class Selection:
     text: str
     picked: tuple[str, ...] = ()
     options: tuple[str, ...] = ()   # every value it resolved to (for All: only where a panel or row repeats for it)
-    everything: bool = False        # All selected
-    custom_all: bool = False        # All selected, with the variable's own allValue (`value`)
+    # All selected without an allValue of its own: a format writes every value resolved (`options`); with one, or
+    # with none resolved, its `value` whatever the format
+    everything: bool = False
 
 
 def selections(dashboard: dict, client: PromClient, window: tuple[float | None, int, int] = (None, 3600, 60),
@@ -527,8 +528,7 @@ def selections(dashboard: dict, client: PromClient, window: tuple[float | None, 
         options = (_queried(var, chosen, client, window, where, [] if failed is None else failed)
                    if not everything or var["name"] in repeated else ())
         if everything:
-            chosen[var["name"]] = Selection(var.get("allValue") or ".*", "All", (), options, True,
-                                            bool(var.get("allValue")))
+            chosen[var["name"]] = Selection(var.get("allValue") or ".*", "All", (), options, not var.get("allValue"))
         elif options:
             chosen[var["name"]] = Selection(prometheus_escaped(options[:1], var), options[0], options[:1], options)
         else:
@@ -691,53 +691,32 @@ def _quoted(quote: str, escaped: str) -> Callable[[tuple[str, ...]], str]:
     return lambda vs: ",".join(quote + v.replace(quote, escaped) + quote for v in vs)
 
 
-def _uri_strict(value: str) -> str:
-    """Grafana's encodeURIComponentStrict: every byte of the UTF-8 but A-Z a-z 0-9 - _ . ~ percent-encoded."""
-    return urllib.parse.quote(value, safe="")
-
-
-def _query_param(name: str, chosen: Selection) -> str:
-    """Grafana's `queryparam` of a dashboard's variable: its URL state (`var-name=value`, once a value; All is
-    `$__all`), each encoded as Grafana's toUrlParams encodes (encodeURIComponent, `@:$,;` left as they are, `!'()*`
-    encoded)."""
-    values = ("$__all",) if chosen.everything else chosen.picked or (chosen.value,)
-    return "&".join(f"var-{urllib.parse.quote(name, safe='@:$,;')}={urllib.parse.quote(v, safe='@:$,;')}"
-                    for v in values)
-
-
 # Grafana's formats (`${name:format}`) that write the values selected, as Grafana's format registry writes them: one
 # value, or several joined as the format joins them: an All variable's every value where they were resolved (a
 # panel or row repeats for it: `selections`); else, and for one with a custom allValue, its `value` (its allValue, or
-# `.*`) whatever the format (`_formatted`), not the values Grafana would join, which were not queried.
+# `.*`) whatever the format (`_formatted`), not the values Grafana would join, which were not queried. The renderer
+# writes PromQL and titles only: these are the formats they take (`text` is the variable's text, `_formatted`); any
+# other name (Grafana's json, queryparam, percentencode, date, ..., or one Grafana does not know) is written as
+# `glob`, as Grafana writes a name it does not know (formatVariableValue's fallback).
 FORMATS: dict[str, Callable[[tuple[str, ...]], str]] = {
     "regex": lambda vs: _regex_escaped(vs[0]) if len(vs) == 1 else "(" + "|".join(map(_regex_escaped, vs)) + ")",
     "pipe": "|".join,
     "raw": ",".join,
     "csv": ",".join,
     "glob": lambda vs: vs[0] if len(vs) == 1 else "{" + ",".join(vs) + "}",
-    "json": lambda vs: json.dumps(vs[0] if len(vs) == 1 else list(vs), separators=(",", ":"), ensure_ascii=False),
     "doublequote": _quoted('"', '\\"'),
     "singlequote": _quoted("'", "\\'"),
-    "sqlstring": _quoted("'", "''"),
-    "percentencode": lambda vs: _uri_strict(vs[0] if len(vs) == 1 else "{" + ",".join(vs) + "}"),
 }
-# Grafana's formats not written here: a variable in one of them is written as without a format (its `value`). Any
-# other name is not Grafana's, which writes it as `glob` (formatVariableValue's fallback).
-UNWRITTEN_FORMATS = frozenset({"date", "lucene", "html", "distributed", "join", "uriencode", "customqueryparam"})
 
 
-def _formatted(chosen: str | Selection, fmt: str | None, name: str = "") -> str:
+def _formatted(chosen: str | Selection, fmt: str | None) -> str:
     """A variable's value in `fmt` (`substitute`), the format's arguments (`date:iso`) not read."""
     fmt = fmt and fmt.split(":")[0]
-    if isinstance(chosen, str) or fmt is None or fmt in UNWRITTEN_FORMATS:
+    if isinstance(chosen, str) or fmt is None:
         return chosen if isinstance(chosen, str) else chosen.value
     if fmt == "text":
         return chosen.text
-    if fmt == "queryparam":
-        return _query_param(name, chosen)
-    values = chosen.picked or (chosen.options if chosen.everything and not chosen.custom_all else ())
-    if chosen.custom_all and fmt == "percentencode":   # Grafana's CustomAllValue: the allValue, encoded
-        return _uri_strict(chosen.value)
+    values = chosen.picked or (chosen.options if chosen.everything else ())
     return FORMATS.get(fmt, FORMATS["glob"])(values) if values else chosen.value
 
 
@@ -745,17 +724,16 @@ def substitute(text: str, values: dict[str, str | Selection], fmt: str | None = 
     """`text` with each variable of `values` replaced, in Grafana's forms (`_VARIABLE`: `$name`, `${name}`,
     `[[name]]`, deprecated, still replaced by Grafana), in one pass (a value is not read again for variables); a name
     not in `values` is left as written. A `Selection` is written in the form's format, else in `fmt` (None: its
-    `value`): `text` its text; `queryparam` its URL parameter (`_query_param`); one of `FORMATS` its values selected
-    (an All variable's every value where resolved; else, or with a custom allValue, or one without values, its `value`
-    whatever the format, as Grafana leaves a custom allValue, but `percentencode` encodes it); one of
-    `UNWRITTEN_FORMATS` (`date`, `lucene`, ...) as no format; a name Grafana does not know as `glob`, as Grafana
-    writes it. A `${name.field}`'s field is not read: Grafana reads one only of a scoped variable (a
-    repeat's, a data link's), none of a dashboard's. A plain string (a built-in variable's) is written as it is. A
-    query's (`interpolate`: the variables' values and the built-in ones) and a row's or panel's title
-    (`render_dashboard`: `fmt` "text"; the built-in ones, `$__rate_interval` and the like, are a query's)."""
+    `value`): `text` its text; one of `FORMATS` its values selected (an All variable's every value where resolved;
+    else, or with a custom allValue, or one without values, its `value` whatever the format, as Grafana leaves a
+    custom allValue); any other name as `glob` (`FORMATS`). A `${name.field}`'s field is not read: Grafana reads one
+    only of a scoped variable (a repeat's, a data link's), none of a dashboard's. A plain string (a built-in
+    variable's) is written as it is. A query's (`interpolate`: the variables' values and the built-in ones) and a row's
+    or panel's title (`render_dashboard`: `fmt` "text"; the built-in ones, `$__rate_interval` and the like, are a
+    query's)."""
     def value(m: re.Match) -> str:
         name = m[1] or m[2] or m[4]
-        return _formatted(values[name], m[3] or m[6] or fmt, name) if name in values else m[0]
+        return _formatted(values[name], m[3] or m[6] or fmt) if name in values else m[0]
     return _VARIABLE.sub(value, text)
 
 

@@ -23,16 +23,14 @@ VARIABLES = {"node": NODE, "cluster": CLUSTER}
         ('x{h=~"${node:regex}"}', r'x{h=~"node-a\.1"}'),
         ('x{h="${node:raw}", c=~"${cluster:raw}"}', 'x{h="node-a.1", c=~".*"}'),
         ('x{h=~"[[node:pipe]]"} [[node:csv]] [[node:glob]]', 'x{h=~"node-a.1"} node-a.1 node-a.1'),
-        ("${node:json} ${node:doublequote} ${node:singlequote} ${node:sqlstring}",
-         '"node-a.1" "node-a.1" \'node-a.1\' \'node-a.1\''),
+        ("${node:doublequote} ${node:singlequote}", '"node-a.1" \'node-a.1\''),
         ('x{h=~"${node:text}", c=~"${cluster:regex}"} ${cluster:text}', 'x{h=~"node-a.1", c=~".*"} All'),
-        ('x{h=~"${node.labels}", i="${node:queryparam}", d="${node:date:iso}"} ${node:nosuch}',
-         'x{h=~"node-a.1", i="var-node=node-a.1", d="node-a.1"} node-a.1'),
+        ('x{h=~"${node.labels}", d="${node:date:iso}"} ${node:nosuch}', 'x{h=~"node-a.1", d="node-a.1"} node-a.1'),
         ('x{h=~"${nodes:regex}"} [[nodes]] $nodeé', 'x{h=~"${nodes:regex}"} [[nodes]] node-a.1é'),
         ("x[${__range:raw}] / ${__interval_ms:text} / $__rate_interval_ms", "x[3600s] / 60000 / 75000"),
     ],
     ids=["regex", "raw, and All's allValue whatever the format", "pipe, csv, glob in brackets",
-         "quoting formats", "text in a query", "field not read, queryparam, date as none, unknown as glob",
+         "quoting formats", "text in a query", "field not read, other names as glob",
          "unknown names as written, ASCII names", "built-ins with a format"],
 )
 def test_a_querys_variable_is_written_in_its_format(expr, expected):
@@ -43,33 +41,31 @@ def test_several_values_are_joined_as_each_format_joins_them():
     both = {"node": dr.Selection("(a|b)", "a + b", ("a.1", 'b"2'))}
     written = dr.substitute("${node:regex} ${node:pipe} ${node:csv} ${node:glob}", both)
     assert written == r'(a\.1|b"2) a.1|b"2 a.1,b"2 {a.1,b"2}'
-    assert dr.substitute("${node:json} ${node:doublequote}", both) == r'["a.1","b\"2"] "a.1","b\"2"'
-    assert dr.substitute("${node:nosuch} ${node:percentencode} ${node:queryparam}", both) == (
-        '{a.1,b"2} %7Ba.1%2Cb%222%7D var-node=a.1&var-node=b%222')
-
-
-@pytest.mark.parametrize(
-    ("chosen", "expected"),
-    [
-        (dr.Selection("node a/1*", "node a/1*", ("node a/1*",)), "node%20a%2F1%2A var-node=node%20a%2F1%2A"),
-        (dr.Selection("it's", "it's", ("it's",)), "it%27s var-node=it%27s"),
-        (dr.Selection("a.*", "All", (), ("x",), True, True), "a.%2A var-node=$__all"),
-        (dr.Selection(".*", "All", (), ("a@b", "c"), True), "%7Ba%40b%2Cc%7D var-node=$__all"),
-    ],
-    ids=["one value", "a quote", "All with its allValue", "All resolved"],
-)
-def test_percentencode_and_queryparam_as_grafana_writes_them(chosen, expected):
-    """encodeURIComponentStrict (`!'()*` encoded too); the URL parameter as toUrlParams writes it, All as $__all."""
-    assert dr.substitute("${node:percentencode} ${node:queryparam}", {"node": chosen}) == expected
+    assert dr.substitute("${node:doublequote} ${node:singlequote}", both) == '"a.1","b\\"2" \'a.1\',\'b"2\''
+    # the renderer writes PromQL and titles: any other name, Grafana's or not, is written as glob
+    assert dr.substitute("${node:nosuch} ${node:json} ${node:date:iso}", both) == '{a.1,b"2} {a.1,b"2} {a.1,b"2}'
 
 
 def test_an_all_variable_without_allvalue_joins_its_values_where_resolved_else_is_its_value():
     resolved = {"node": dr.Selection(".*", "All", (), ("a.1", "b"), True)}
-    assert dr.substitute("${node:csv} ${node:json} ${node:regex} $node", resolved) == 'a.1,b ["a.1","b"] (a\\.1|b) .*'
+    assert dr.substitute("${node:csv} ${node:pipe} ${node:regex} $node", resolved) == 'a.1,b a.1|b (a\\.1|b) .*'
     unresolved = {"node": dr.Selection(".*", "All", (), (), True)}
-    assert dr.substitute("${node:csv} ${node:json} $node", unresolved) == ".* .* .*"
-    custom = {"node": dr.Selection("n.*", "All", (), ("a.1", "b"), True, True)}
-    assert dr.substitute("${node:csv} ${node:json} $node", custom) == "n.* n.* n.*"
+    assert dr.substitute("${node:csv} ${node:glob} $node", unresolved) == ".* .* .*"
+    custom = {"node": dr.Selection("n.*", "All", (), ("a.1", "b"))}   # with its own allValue: not `everything`
+    assert dr.substitute("${node:csv} ${node:glob} $node", custom) == "n.* n.* n.*"
+
+
+def test_selections_join_an_all_variables_values_only_without_an_allvalue_of_its_own():
+    """Both repeated (so resolved): the one with its own allValue is that in any format, the other its values."""
+    class Labels:
+        def label_values(self, match: str, label: str) -> list[str]:
+            return ["a.1", "b"]
+
+    query = {"type": "query", "includeAll": True, "query": "label_values(gpu:temp, hostname)"}
+    board = {"templating": {"list": [query | {"name": "own", "allValue": "n.*"}, query | {"name": "plain"}]},
+             "panels": [{"type": "stat", "repeat": name} for name in ("own", "plain")]}
+    chosen = dr.selections(board, Labels())
+    assert dr.substitute("${own:csv} ${plain:csv} $own $plain", chosen) == "n.* a.1,b n.* .*"
 
 
 def test_a_title_gets_the_text_unless_its_form_names_a_format():
