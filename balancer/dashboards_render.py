@@ -455,22 +455,24 @@ def _dashboard(path: Path) -> dict:
         for i, panel in enumerate(doc["panels"]):
             _check_panel(panel, f"panels[{i}]")
         _check_layout(doc["panels"])
-        _check_regexes(doc)
+        _compile_regexes(doc)
     except _Bad as bad:
         raise InputError(str(path), bad.where, bad.value, bad.allowed, bad.detail) from None
     return doc
 
 
-def _check_regexes(doc: dict) -> None:
-    """Every query variable's `regex` (the only variables whose regex Grafana applies, `_options`), read when the
-    dashboards are loaded, before any PNG is written: one Python cannot read was found only when the render resolved
-    that variable (some PNGs written, the error naming the dashboard's uid, not its file)."""
+def _compile_regexes(doc: dict) -> None:
+    """Every query variable's `regex` (the only variables whose regex Grafana applies, `_options`) compiled when the
+    dashboards are loaded, before any PNG is written, and kept in its place, the pattern `_matched` reads: one Python
+    cannot read was found only when the render resolved that variable (some PNGs written, the error naming the
+    dashboard's uid, not its file)."""
     for i, var in enumerate(doc.get("templating", {}).get("list", [])):
         if var.get("type") == "query" and var.get("regex"):
             try:
-                _js_regex(var["regex"], f"templating.list[{i}].regex")
-            except InputError as exc:
-                raise _Bad(exc.field, exc.value, exc.allowed, exc.detail) from None
+                var["regex"] = _js_regex(var["regex"])
+            except re.error as exc:
+                raise _Bad(f"templating.list[{i}].regex", var["regex"],
+                           "a JavaScript regex, /pattern/flags, that Python's re reads too", str(exc)) from None
 
 
 def load_dashboards(directory: Path, uid: str | None = None) -> list[tuple[str, dict]]:
@@ -518,14 +520,14 @@ def selections(dashboard: dict, client: PromClient, window: tuple[float | None, 
     has the values selected joined by ", " (`repeat_title`), every value the variable resolves to for All (so an All
     variable that something repeats for is resolved too), as written without any. `window`: (end, range_s, step) of
     the render, for the variables' own queries (`_options`; end None: now); `failed` gets each variable whose query
-    failed, with the error (`_queried`)."""
+    failed, with the error (`_queried`). `dashboard` as `load_dashboards` gives it, its variables' regexes compiled."""
     repeated = {name for names in repeats(dashboard.get("panels", [])).values() for name in names}
     chosen: dict[str, Selection] = {}
-    for i, var in enumerate(dashboard.get("templating", {}).get("list", [])):
+    for var in dashboard.get("templating", {}).get("list", []):
         if var.get("type") != "query":
             continue
-        everything, where = var.get("includeAll"), f"dashboard {dashboard.get('uid')!r}: templating.list[{i}].regex"
-        options = (_queried(var, chosen, client, window, where, [] if failed is None else failed)
+        everything = var.get("includeAll")
+        options = (_queried(var, chosen, client, window, [] if failed is None else failed)
                    if not everything or var["name"] in repeated else ())
         if everything:
             chosen[var["name"]] = Selection(var.get("allValue") or ".*", "All", (), options, not var.get("allValue"))
@@ -537,14 +539,14 @@ def selections(dashboard: dict, client: PromClient, window: tuple[float | None, 
 
 
 def _queried(var: dict, chosen: dict[str, Selection], client: PromClient, window: tuple[float | None, int, int],
-             where: str, failed: list[tuple[str, str]]) -> tuple[str, ...]:
+             failed: list[tuple[str, str]]) -> tuple[str, ...]:
     """A variable's options (`_options`), or none where its query fails (Prometheus answers an error, a 4xx, or
     cannot be reached: `TelemetryUnavailable`). Grafana draws the dashboard when a variable's query fails, the
     variable without options (a title that names it repeated stays as written, a query gets `.*` or its allValue);
     the render goes on, the variable and its error added to `failed` (`RenderReport.failed_variables`, which the
     command prints; a Prometheus not reached fails the panels' own queries next)."""
     try:
-        return tuple(_options(var, chosen, client, window, where))
+        return tuple(_options(var, chosen, client, window))
     except TelemetryUnavailable as exc:
         failed.append((var["name"], str(exc)))
         return ()
@@ -564,12 +566,12 @@ def prometheus_escaped(values: tuple[str, ...], var: dict) -> str:
     return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
 
 
-def _options(var: dict, chosen: dict[str, Selection], client: PromClient, window: tuple[float | None, int, int],
-             where: str) -> list[str]:
+def _options(var: dict, chosen: dict[str, Selection], client: PromClient, window: tuple[float | None, int, int]
+             ) -> list[str]:
     """The values a query variable resolves to, as Grafana's Prometheus variable queries give them:
     `label_values(series, label)` (the label's values, sorted), `query_result(query)` (each series of the instant
     query at the render's end as Grafana writes it, `name{label="value",...} value timestamp_ms`), then the
-    variable's `regex` (`_matched`; one Python cannot read refused, naming `where`); any other query resolves to none.
+    variable's `regex` (`_matched`, compiled at load: `_compile_regexes`); any other query resolves to none.
     Not re-sorted by the variable's `sort`."""
     query = var.get("query")
     query = str(query.get("query", "") if isinstance(query, dict) else query).strip()
@@ -581,7 +583,7 @@ def _options(var: dict, chosen: dict[str, Selection], client: PromClient, window
         found = _result_texts(client.query(interpolate(m[1], chosen, step, range_s), at))
     else:
         return []
-    return _matched(found, var.get("regex") or "", where)
+    return _matched(found, var.get("regex") or None)
 
 
 def _result_texts(data: dict) -> list[str]:
@@ -601,11 +603,10 @@ def _result_texts(data: dict) -> list[str]:
     return out
 
 
-def _matched(found: list[str], regex: str, where: str) -> list[str]:
-    """`found` through a variable's `regex` as Grafana reads it (`/pattern/flags`, else the whole text): a value
-    that does not match is left out; one that does is its `value` (or `text`) group, else its first group, else as
-    it is. Without a regex, each as it is; once each, in order. (A `g` flag's many matches are read as one.)"""
-    pattern = _js_regex(regex, where) if regex else None
+def _matched(found: list[str], pattern: re.Pattern | None) -> list[str]:
+    """`found` through a variable's regex as Grafana reads it (`_js_regex`): a value that does not match is left
+    out; one that does is its `value` (or `text`) group, else its first group, else as it is. Without a regex, each as
+    it is; once each, in order. (A `g` flag's many matches are read as one.)"""
     out: list[str] = []
     for item in found:
         if pattern:
@@ -619,16 +620,14 @@ def _matched(found: list[str], regex: str, where: str) -> list[str]:
     return out
 
 
-def _js_regex(regex: str, where: str) -> re.Pattern:
+def _js_regex(regex: str) -> re.Pattern:
+    """A variable's regex as Grafana reads it (`/pattern/flags`, else the whole text); one Python's re cannot read
+    raises re.error (`_compile_regexes`)."""
     m = re.fullmatch(r"/(.*)/(\w*)", regex, re.DOTALL)
     pattern, flags = (m[1], m[2]) if m else (f"^{regex}$", "")
     pattern = re.sub(r"\(\?<(?=[A-Za-z_])", "(?P<", pattern)   # JavaScript's named groups
-    try:
-        return re.compile(pattern, re.ASCII | (re.IGNORECASE if "i" in flags else 0) | (re.MULTILINE if "m" in flags
-                          else 0) | (re.DOTALL if "s" in flags else 0))
-    except re.error as exc:
-        raise InputError(None, where, regex, "a JavaScript regex, /pattern/flags, that Python's re reads too",
-                         str(exc)) from exc
+    return re.compile(pattern, re.ASCII | (re.IGNORECASE if "i" in flags else 0) | (re.MULTILINE if "m" in flags
+                      else 0) | (re.DOTALL if "s" in flags else 0))
 
 
 def repeats(panels: list[dict]) -> dict[str, tuple[str, ...]]:
