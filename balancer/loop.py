@@ -35,12 +35,12 @@ ledger unsaved, is kept off only until it is saved (`planner.hold_back`), not re
 growth into the GPUs of a loan goes only once that loan came back applied or a dry run's, else it is rejected
 (`group_incomplete`): the loan held back or refused by the review, dropped on the fresh snapshot, or failed (`_act`,
 `_on_loans`: the plan orders loans before growths, `capacity_pools.apply_targets`), its workers on GPUs idle already
-sent alone (`_reduced`) where the loan was refused or failed, not where it goes next cycle. A capacity scale up
-that did not go out, or a reclaim shrink that frees GPUs for a latency-net step, is told to the planner as never
-proposed where its cause passes (`_unsent`: an emergency stop, a stale plan, an interrupted cycle; a lasting refusal of
-the guard is waited out as if made, and refused too, `planner.refuse`). What its actions leave on the fleet the
-actuator keeps up or releases (hooks `recover()`, `housekeeping()`, `keep_power_caps()`): when, under which holds, is
-`balancer.loop_upkeep`.
+sent alone (`_reduced`) unless a loan that did not go was held back for the ledger (it goes next cycle) or may
+have been applied (its outcome unknown). A capacity scale up that did not go out, or a reclaim shrink that frees GPUs
+for a latency-net step, is told to the planner as never proposed where its cause passes (`_unsent`: an emergency
+stop, a stale plan, an interrupted cycle; a lasting refusal of the guard is waited out as if made, and refused too,
+`planner.refuse`). What its actions leave on the fleet the actuator keeps up or releases (hooks `recover()`,
+`housekeeping()`, `keep_power_caps()`): when, under which holds, is `balancer.loop_upkeep`.
 
 An inference service whose demand is unknown (`ClusterSnapshot.demand_unknown`: a stalled vLLM pod) is no hold of
 the loop's: the capacity planner holds (`gputide_capacity_holding{reason="inference_demand_unknown"}`), thermal relief
@@ -164,30 +164,25 @@ def _loans(a: ScaleTraining) -> set[str]:
     return set(filter(None, a.service.split(",")))
 
 
-def _idle_workers(a: ScaleTraining, min_gain: float, gone: set[str], lasting: set[str],
-                  snap: ClusterSnapshot) -> int:
-    """The workers of a growth into the GPUs of loans (`_on_loans`) that go without them (`_reduced`):
-    those GPUs idle already hold (`ScaleTraining.idle_workers`, the plan's count), where alone they meet the guard's
-    minimum gain (`min_gain`, `safety.minExpectedGain`), every loan that did not go (not in `gone`) did not for a
-    lasting cause (`lasting`: refused by the review, the hand-over's hold-back aside, or failed: an HPA KEDA keeps,
-    RBAC), and the job does not restart on resize (`Workload.restarts_on_resize`); else none. A loan held back for
-    the ledger (`HeldForLedger`), dropped on the fresh snapshot or come back RETRY goes next cycle: its growth's idle
-    part sent alone now, the job's own cooldown (`safety.cooldownS`) then refused the growth into the loan's GPUs,
-    which sat idle for up to that cooldown; and a job that restarts on resize restarted twice, its workers counted
-    twice against the eviction budget."""
-    if a.idle_gain < min_gain or not _loans(a) - gone <= lasting:
-        return 0
-    if any(w.restarts_on_resize for w in snap.workloads_by_owner.get(a.job, ())):
-        return 0
-    return a.idle_workers
+def _idle_workers(a: ScaleTraining, min_gain: float, waiting: set[str]) -> int:
+    """The workers of a growth into the GPUs of loans (`_on_loans`) that go without them (`_reduced`): those GPUs
+    idle already hold (`ScaleTraining.idle_workers`, the plan's count), where alone they meet the guard's minimum gain
+    (`min_gain`, `safety.minExpectedGain`) and none of its loans is `waiting`: held back for the ledger
+    (`HeldForLedger`), it goes next cycle, the growth whole with it (its idle part sent alone now, the job's own
+    cooldown, `safety.cooldownS`, then refused the growth into the loan's GPUs, idle for up to that cooldown); come
+    back with its outcome unknown (`ActionResult.maybe_applied`), it may have freed its GPUs, and the next plan sees.
+    Else none. A loan refused by the review, dropped on the fresh snapshot, come back RETRY or FAILED (nothing
+    changed) does not go next cycle: a scale-down not sent waits out the service's hold (`capacity_loop.unsent`,
+    `CapacityPolicy.min_hold_s`), and the growth's idle part goes now, the rest with the loan then."""
+    return a.idle_workers if a.idle_gain >= min_gain and not _loans(a) & waiting else 0
 
 
-def _sends_nothing(a: Action, min_gain: float, lasting: set[str], snap: ClusterSnapshot) -> bool:
+def _sends_nothing(a: Action, min_gain: float, waiting: set[str]) -> bool:
     """Whether `a` goes only with loans (`_on_loans`), no part of it onto GPUs idle already that may go without them
-    (`_idle_workers`; an accepted loan makes the cycle send something anyway): without its loans, nothing of it is
-    sent. A cycle whose actions all send nothing reads no fresh snapshot: read, and failing, it held fail-static a
-    cycle that acts on nothing, its rejections unrecorded."""
-    return _on_loans(a, set()) and not _idle_workers(a, min_gain, set(), lasting, snap)
+    (`_idle_workers`, `waiting`: the loans held back for the ledger; an accepted loan makes the cycle send something
+    anyway): without its loans, nothing of it is sent. A cycle whose actions all send nothing reads no fresh
+    snapshot: read, and failing, it held fail-static a cycle that acts on nothing, its rejections unrecorded."""
+    return _on_loans(a, set()) and not _idle_workers(a, min_gain, waiting)
 
 
 def _reduced(a: ScaleTraining, part: int) -> ScaleTraining:
@@ -394,16 +389,16 @@ class Reconciler:
             self.state = planner_mod.hold_back(self.state, held, now, before)   # a scale held back too (`_unsent`)
             refused = [a for a, exc in kept if not isinstance(exc, EmergencyStop)]
             min_gain = self.guard.policy.min_expected_gain
-            lasting = {a.service for a, _ in kept if _is_loan(a)}   # loans refused: their growths' idle parts go
-            if all(_sends_nothing(a, min_gain, lasting, snap) for a in review.accepted):   # none, or growths into
-                self._act(list(review.accepted), snap, rejected, now, done, lasting)   # loans not gone: each rejected
+            waiting = {a.service for a in held if _is_loan(a)}   # go next cycle: their growths wait whole
+            if all(_sends_nothing(a, min_gain, waiting) for a in review.accepted):   # none, or growths into loans
+                self._act(list(review.accepted), snap, rejected, now, done, waiting)   # held back: each rejected
             else:
                 fresh = self._observe(now, "fresh snapshot before acting: ")
                 if isinstance(fresh, CycleReport):
                     return fresh
                 try:   # what was applied is recorded whatever stops the cycle (an audit write, an unexpected error)
                     self._act(self._revalidate(list(review.accepted), fresh, rejected, now), fresh, rejected, now, done,
-                              lasting)
+                              waiting)
                 finally:
                     self._settle(done, fresh, now)
         finally:
@@ -575,7 +570,7 @@ class Reconciler:
                       tuple((a, w) for a, w in zip(actions, why) if w is not None))
 
     def _act(self, actions: list[Action], fresh: ClusterSnapshot, rejected: list, now: float,
-             done: list[tuple[ActionResult, float]], lasting: set[str]) -> None:
+             done: list[tuple[ActionResult, float]], waiting: set[str]) -> None:
         """Apply the actions in turn while this replica may, each result appended to `done` with the clock when it came:
         `stop` and the Lease are checked before each, and once either says no the rest are rejected (counted, audited).
         An actuator that raises (not its own failure results) ends the cycle, the outcome unknown: spent. A training
@@ -583,14 +578,14 @@ class Reconciler:
         rejected (`group_incomplete`, asking nothing: `fresh` unread) otherwise: a loan held back or refused by the
         review, dropped on the fresh snapshot, or failed (an HPA KEDA keeps, RBAC) keeps its GPUs, and the growth's
         workers would wait pending on them (`_on_loans`; the plan orders loans first). The workers of it that GPUs
-        idle already hold go alone (`_reduced`) only where each loan that did not go was refused by the review or
-        failed (`lasting`, `_idle_workers`): one held back for the ledger, dropped on the fresh snapshot or come back
-        RETRY goes next cycle, and the growth whole with it. Not sent, it is not remembered: the next plan grows
-        anew."""
-        gone, lasting, min_gain = set[str](), set(lasting), self.guard.policy.min_expected_gain
+        idle already hold go alone (`_reduced`) unless one of its loans is `waiting` (`_idle_workers`): held back for
+        the ledger, it goes next cycle and the growth whole with it; come back with its outcome unknown, it may have
+        gone. A loan refused, dropped on the fresh snapshot, come back RETRY or FAILED waits out the service's hold:
+        the idle part goes now. Not sent, it is not remembered: the next plan grows anew."""
+        gone, waiting, min_gain = set[str](), set(waiting), self.guard.policy.min_expected_gain
         for i, planned in enumerate(actions):
             loaned = _on_loans(planned, gone)
-            part = _idle_workers(planned, min_gain, gone, lasting, fresh) if loaned else 0
+            part = _idle_workers(planned, min_gain, waiting) if loaned else 0
             if loaned and not part:
                 self._not_sent(planned, 0, rejected, now)   # rejected whole: nothing of it goes
                 continue
@@ -617,9 +612,8 @@ class Reconciler:
                 if _is_loan(a):
                     gone.add(a.service)
             else:
-                if _is_loan(a) and res.outcome == Outcome.FAILED and not res.maybe_applied:   # for good: its
-                    # growths' idle parts go (one whose outcome is unknown may have gone: the next plan sees)
-                    lasting.add(a.service)
+                if _is_loan(a) and res.maybe_applied:   # it may have gone: its growths wait, the next plan sees
+                    waiting.add(a.service)
                 self.metrics.actuation_errors.labels(type=a.kind, outcome=str(res.outcome),
                                                      code=res.code or "unknown").inc()
             detail = res.detail + ("; outcome unknown: counted against the budgets" if res.maybe_applied else "")

@@ -1,10 +1,12 @@
-"""A tide growth onto idle GPUs and a loan's sends its idle part alone only where the loan did not go for a lasting
-cause: refused by the review (its guard's reason, not the hand-over's hold-back), or failed (an HPA KEDA keeps, RBAC).
-Where the loan goes next cycle (held back for the ledger, `HeldForLedger`; dropped on the fresh snapshot; come back
-RETRY), the growth is rejected whole and goes whole with the loan then: its idle part sent alone, the job's own
-cooldown (`safety.cooldownS`, 600 s) refused the growth into the loan's GPUs the next cycle, and those GPUs sat idle
-(review r2). Nor does the idle part of a job that restarts on resize go alone: it would restart twice, its workers
-counted twice against the eviction budget (`loop._idle_workers`).
+"""A tide growth onto idle GPUs and a loan's sends its idle part alone unless the loan that did not go goes next
+cycle or may have gone: held back for the ledger (`HeldForLedger`), it goes once the ledger is saved, and the growth
+whole with it (its idle part sent alone, the job's own cooldown, `safety.cooldownS`, 600 s, refused the growth into
+the loan's GPUs the next cycle, and those GPUs sat idle: review r2); come back with its outcome unknown, the next plan
+sees. A loan refused by the review, dropped on the fresh snapshot, come back RETRY or FAILED (nothing changed) does
+not go next cycle: a scale-down not sent waits out the service's hold (`capacity_loop.unsent`,
+`CapacityPolicy.min_hold_s`, 30 minutes), so the idle part goes now (audit a13 of 6053c8f0: RETRY and a loan dropped
+on the fresh snapshot rejected the growth whole, and the next cycle sent the idle part alone anyway, the loan only
+30 minutes later; `loop._idle_workers`).
 
 The fleet is tests/loop/test_loop_loan_growth_idle_part.py's: at T0+HOLD the tide grows fast onto GPU 7 (idle) and
 the two GPUs chat's loan frees, 2 -> 5."""
@@ -17,6 +19,7 @@ import pytest
 
 from balancer.actuate.base import ActionResult, Outcome
 from balancer.model import ScaleInference
+from balancer.safety import EMERGENCY_LABEL
 from tests.loop.test_loop_held_back_loan_growth import Audit, Store, grows, loans, tide
 from tests.loop.test_loop_loan_growth_idle_part import Wide
 
@@ -52,30 +55,56 @@ class Answers:
         return ActionResult(action, self.outcome if loan else Outcome.APPLIED)
 
 
-@pytest.mark.parametrize(("outcome", "sent"), [(Outcome.RETRY, None), (Outcome.FAILED, (2, 3))])
-def test_a_growths_idle_part_goes_alone_where_its_loan_failed_not_where_it_is_retried(outcome, sent) -> None:
+@pytest.mark.parametrize("outcome", [Outcome.RETRY, Outcome.FAILED])
+def test_a_growths_idle_part_goes_alone_where_its_loan_came_back_retry_or_failed(outcome) -> None:
     rec, _, clock = tide(Store())
     rec.actuator, rec.source = Answers(outcome), Wide(clock)
     report = rec.run_once()
     assert loans(rec.actuator.sent) == [1]
     assert ("fast", "group_incomplete") in [(a.target, why) for a, why in report.rejected]
-    assert grows(rec.actuator.sent) == ({"fast": sent} if sent else {})   # RETRY: before, 2 -> 3 went alone
+    assert grows(rec.actuator.sent) == {"fast": (2, 3)}   # RETRY: before, nothing (the loan waits its hold anyway)
+    rec.actuator.outcome, clock[0] = Outcome.APPLIED, clock[0] + 60.0
+    rec.actuator.sent.clear()
+    rec.run_once()
+    assert not loans(rec.actuator.sent)   # the loan waits out chat's hold: nothing of it goes next cycle
 
 
-class Restarts(Wide):
-    """`Wide`, fast restarting on resize (queued in Kueue without elastic slices, or torchrun elastic)."""
+class Unknown(Answers):
+    """Applies everything but the loans, which fail with their outcome unknown (a timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__(Outcome.FAILED)
+
+    def apply(self, action, snap):
+        res = super().apply(action, snap)
+        return res if res.outcome == Outcome.APPLIED else replace(res, maybe_applied=True)
+
+
+def test_a_growth_whose_loans_outcome_is_unknown_waits_whole() -> None:
+    """A loan whose outcome is unknown (`ActionResult.maybe_applied`) may have freed its GPUs: the growth waits whole
+    for the next plan, which sees."""
+    rec, _, clock = tide(Store())
+    rec.actuator, rec.source = Unknown(), Wide(clock)
+    report = rec.run_once()
+    assert loans(rec.actuator.sent) == [1] and not grows(rec.actuator.sent)
+    assert ("fast", "group_incomplete") in [(a.target, why) for a, why in report.rejected]
+
+
+class Labelled(Wide):
+    """`Wide`, its node n0 (chat's replicas) labelled emergency-stop from the second read on: the fresh snapshot before
+    acting drops the loan, the plan's snapshot clean."""
 
     def snapshot(self):
-        snap = super().snapshot()
-        return replace(snap, workloads=tuple(replace(w, restarts_on_resize=True) if w.owner == "fast" else w
-                                             for w in snap.workloads))
+        snap, stop = super().snapshot(), {EMERGENCY_LABEL: "true"} if self.reads > 1 else {}
+        return replace(snap, nodes=tuple(replace(n, labels={**n.labels, **stop}) if n.name == "n0" else n
+                                         for n in snap.nodes))
 
 
-def test_the_idle_part_of_a_job_that_restarts_on_resize_is_not_sent_alone() -> None:
-    rec, actuator, clock = tide(Store(), refuse=True)
-    rec.source = Restarts(clock)
+def test_a_growths_idle_part_goes_alone_where_the_fresh_snapshot_drops_its_loan() -> None:
+    rec, actuator, clock = tide(Store())
+    rec.source = Labelled(clock)
     report = rec.run_once()
-    growth = grows(report.plan.actions)
-    assert growth and growth["fast"][0] == 2 and growth["fast"][1] > 3, report.plan.actions
-    assert [(a.target, why) for a, why in report.rejected] == [("chat", "cooldown"), ("fast", "group_incomplete")]
-    assert not actuator.sent and rec.source.reads == 1   # before: 2 -> 3 sent alone, a second restart to follow
+    assert grows(report.plan.actions) == {"fast": (2, 5)}
+    assert [(a.target, why) for a, why in report.rejected] == [("chat", "emergency_stop"),
+                                                                ("fast", "group_incomplete")]
+    assert not loans(actuator.sent) and grows(actuator.sent) == {"fast": (2, 3)}   # before: nothing
