@@ -4,7 +4,7 @@ Reads the generated `dashboards/*.json`, runs every panel's PromQL as a range qu
 (plain HTTP, `/api/v1/query_range`; the queries Grafana runs, `queries`: not those hidden, `hide` true or 1) and draws
 the panels with matplotlib where Grafana would put them (`gridPos` on the 24-column grid; a collapsed row's panels
 too, where Grafana puts them when the row is opened; each row's title on a header band in its grid row, as Grafana
-shows it, `row_headers`), one PNG per dashboard:
+shows it: `layout`), one PNG per dashboard:
 
 - timeseries: lines (stacked areas or bars when the panel stacks or draws bars) on the query's steps, a step
   without a sample a gap as in Grafana (not a line across it, not 0), every dashboard annotation (e.g. GPU loans
@@ -350,9 +350,9 @@ def _check_panel(panel: object, where: str, in_row: bool = False) -> None:
 
 
 def _check_row(row: dict, where: str) -> None:
-    """A row's title and its place on the grid, where it has one, are drawn as its header (`row_headers`). A collapsed
+    """A row's title and its place on the grid, where it has one, are drawn as its header (`layout`). A collapsed
     row keeps its panels inside it (`panels`): each is checked as the others, for each is drawn, and the row's own
-    place is where they are drawn below (`laid_out`), so it needs one."""
+    place is where they are drawn below (`layout`), so it needs one."""
     holds = bool(row.get("collapsed") and row.get("panels"))
     _check(row, {"title": str, "gridPos": _PANEL["gridPos"] if holds else _PANEL["gridPos"].spec}, where)
     if "gridPos" in row:
@@ -364,27 +364,16 @@ def _check_row(row: dict, where: str) -> None:
         _check_panel(panel, f"{where}.panels[{j}]", in_row=True)
 
 
-def laid_out(panels: list[dict]) -> list[tuple[str, dict]]:
-    """Every panel drawn (rows are headers, `row_headers`), with where it is in the file, placed as Grafana shows the
-    dashboard with every collapsed row opened: a collapsed row keeps its panels inside it at the places they had when
-    it was last open, and Grafana, opening it, moves them right below the row (their top one on the row's next grid
-    row, the others kept where they are from it) and every panel below the row down by as much as they take.
-    (Grafana measures from the row's first panel, which is its top one as Grafana saves them; this from the top one.)
-    `panels` checked by `_check_panel`: a panel moved is a copy."""
-    return layout(panels)[0]
-
-
-def row_headers(panels: list[dict]) -> list[tuple[str, dict]]:
-    """Every row with a place on the grid, with where it is in the file, placed as `laid_out` places the panels (a
-    row below an opened collapsed row moved down with the panels below it): where Grafana draws its header, its title
-    in a band across the dashboard, a collapsed row's as an open one's, its panels below it. A row without a
-    `gridPos` (Grafana saves one for every row) has no place to draw it at."""
-    return layout(panels)[1]
-
-
 def layout(panels: list[dict]) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
-    """`laid_out` and `row_headers` of one placing (`_placed`): the panels drawn and the rows' headers, each with
-    where it is in the file. `render_dashboard` places a dashboard once for both."""
+    """The panels drawn and the rows' headers, each with where it is in the file, of one placing (`_placed`), as
+    Grafana shows the dashboard with every collapsed row opened: a collapsed row keeps its panels inside it at the
+    places they had when it was last open, and Grafana, opening it, moves them right below the row (their top one on
+    the row's next grid row, the others kept where they are from it) and every panel and row below the row down by
+    as much as they take. (Grafana measures from the row's first panel, which is its top one as Grafana saves them;
+    this from the top one.) A row's header is where Grafana draws it, its title in a band across the dashboard, a
+    collapsed row's as an open one's, its panels below it; a row without a `gridPos` (Grafana saves one for every
+    row) has no place to draw it at. `panels` checked by `_check_panel`: a panel moved is a copy. `render_dashboard`
+    places a dashboard once for both."""
     placed = _placed(panels)
     return ([(where, p) for where, p in placed if p.get("type") != "row"],
             [(where, p) for where, p in placed if p.get("type") == "row"])
@@ -487,11 +476,6 @@ def load_dashboards(directory: Path, uid: str | None = None) -> list[tuple[str, 
     return found
 
 
-def resolve_variables(dashboard: dict, client: PromClient) -> dict[str, str]:
-    """Each query variable's value in the queries (`interpolate`): a PromQL regex (`selections`)."""
-    return {name: chosen.value for name, chosen in selections(dashboard, client).items()}
-
-
 @dataclass(frozen=True)
 class Selection:
     """A query variable as selected (`selections`): `value`, in a query without a format (a PromQL regex, or an All
@@ -554,13 +538,15 @@ def _queried(var: dict, chosen: dict[str, Selection], client: PromClient, window
 
 def prometheus_escaped(values: tuple[str, ...], var: dict) -> str:
     """`values` selected of `var` in a query without a format, as Grafana's Prometheus data source writes them
-    (interpolateQueryExpr): a variable neither multi-value nor with All takes its one value with only `\\` and `'`
-    escaped (prometheusRegularEscape: `node-a.1` as it is, which `=~` reads as a regex, as in Grafana); a multi-value
-    or include-All one each value as a regex inside PromQL's double quotes (prometheusSpecialRegexEscape: `node-a.1`
+    (interpolateQueryExpr): a variable not multi-value takes its one value with only `\\` and `'` escaped
+    (prometheusRegularEscape: `node-a.1` as it is, which `=~` reads as a regex, as in Grafana); a multi-value one each
+    value as a regex inside PromQL's double quotes (prometheusSpecialRegexEscape: `node-a.1`
     is `node-a\\\\.1` in the query's text, the regex `node-a\\.1` once PromQL has read the string), several
     joined by `|` in parentheses. Not Python's re.escape: its `\\-` is an escape sequence PromQL's string refuses
-    ("unknown escape sequence", HTTP 400), so any node name with a hyphen failed the render."""
-    if not var.get("multi") and not var.get("includeAll"):
+    ("unknown escape sequence", HTTP 400), so any node name with a hyphen failed the render. (Grafana escapes a value
+    picked of an include-All variable as a multi-value one's; none is picked here: `selections` gives such a variable
+    All, its allValue, as Grafana on first load, and the render takes no value from its caller.)"""
+    if not var.get("multi"):
         return ",".join(v.replace("\\", "\\\\").replace("'", "\\\\'") for v in values)
     escaped = [re.sub(r"[$^*{}\[\]'+?.()|]", lambda m: "\\\\" + m[0], v.replace("\\", "\\" * 4)) for v in values]
     return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"

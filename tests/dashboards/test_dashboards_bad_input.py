@@ -473,7 +473,7 @@ def test_a_collapsed_rows_panels_are_placed_below_it_and_push_the_panels_below_d
     below = STAT | {"title": "below", "gridPos": GRID | {"y": 9}}
     c = STAT | {"title": "c", "gridPos": GRID | {"y": 3, "h": 4}}
     panels = [top, _collapsed(8, a, b), below, _collapsed(17, c), {"type": "row", "gridPos": GRID | {"y": 18}}]
-    placed = [(where, p["title"], p["gridPos"]["y"]) for where, p in dr.laid_out(panels)]
+    placed = [(where, p["title"], p["gridPos"]["y"]) for where, p in dr.layout(panels)[0]]
     assert placed == [("panels[0]", "top", 0), ("panels[1].panels[0]", "a", 9), ("panels[1].panels[1]", "b", 17),
                       ("panels[2]", "below", 25), ("panels[3].panels[0]", "c", 34)]
     assert a["gridPos"]["y"] == 40, "the dashboard itself is left as it is"

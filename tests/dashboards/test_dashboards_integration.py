@@ -44,10 +44,10 @@ WARMUP_S = 20  # wall seconds at least of scraping before rendering: rate() wind
 
 
 def _shown(dashboard: dict) -> list[dict]:
-    """The panels of `dashboard` the renderer queries and counts when empty, as it finds them (`dr.laid_out`: a
+    """The panels of `dashboard` the renderer queries and counts when empty, as it finds them (`dr.layout`: a
     collapsed row's panels too; `dr.shows_data`: not a library panel, not a text panel or another that never
     queries): each must have data."""
-    return [panel for _, panel in dr.laid_out(dashboard["panels"]) if dr.shows_data(panel)]
+    return [panel for _, panel in dr.layout(dashboard["panels"])[0] if dr.shows_data(panel)]
 
 
 def _panels() -> list[tuple[str, str, bool]]:
@@ -79,7 +79,7 @@ def _annotation_reasons(url: str, range_s: int, step: int) -> dict[tuple[str, st
     client, end = dr.PromClient(url), time.time()
     out: dict[tuple[str, str], set[str] | str] = {}
     for name, dashboard in dr.load_dashboards(ROOT / "dashboards"):
-        variables = dr.resolve_variables(dashboard, client)
+        variables = dr.selections(dashboard, client, (end, range_s, step))   # as the render selects them
         for ann in dashboard.get("annotations", {}).get("list", []):
             if ann.get("expr"):
                 expr = dr.interpolate(ann["expr"], variables, step, range_s)
@@ -195,7 +195,7 @@ def _empty_panels(url: str, uids: list[str]) -> list[str]:
     empty = []
     for name, dashboard in dr.load_dashboards(ROOT / "dashboards"):
         if dashboard.get("uid") in uids:
-            variables = dr.resolve_variables(dashboard, client)
+            variables = dr.selections(dashboard, client, (end, 120, 2))
             empty += [f"{name}: {p.get('title', '')}" for p in _shown(dashboard)
                       if renderer.answer(p, variables).counted_empty]
     return empty

@@ -132,8 +132,8 @@ def test_the_mig_panel_counts_as_empty_only_when_the_fleet_has_mig_gpus(tmp_path
     boards = tmp_path / "boards"
     boards.mkdir()
     fleet = json.loads((dr.DEFAULT_DASHBOARDS_DIR / "gpu-fleet.json").read_text())
-    mig = next(p for _, p in dr.laid_out(fleet["panels"]) if p.get("title") == MIG_PANEL)
-    mig["targets"].extend(hidden)   # the panel itself: laid_out copies a moved panel, not its targets
+    mig = next(p for _, p in dr.layout(fleet["panels"])[0] if p.get("title") == MIG_PANEL)
+    mig["targets"].extend(hidden)   # the panel itself: layout copies a moved panel, not its targets
     (boards / "gpu-fleet.json").write_text(json.dumps(fleet))
     fake = FakePrometheus(missing=missing)
     try:

@@ -71,7 +71,7 @@ def test_a_rows_title_is_drawn_where_grafana_shows_it(monkeypatch, tmp_path):
     panels = [STAT | {"title": "Top"}, _row("Open section", 8), STAT | {"title": "Middle", "gridPos": GRID | {"y": 9}},
               _row("Collapsed section", 17, inside), STAT | {"title": "Bottom", "gridPos": GRID | {"y": 18}},
               _row("Last section", 26)]
-    assert [(where, r["title"], r["gridPos"]["y"]) for where, r in dr.row_headers(panels)] == [
+    assert [(where, r["title"], r["gridPos"]["y"]) for where, r in dr.layout(panels)[1]] == [
         ("panels[1]", "Open section", 8), ("panels[3]", "Collapsed section", 17), ("panels[5]", "Last section", 34)]
     fig = _drawn(monkeypatch, tmp_path, panels)
     bands, drawn = _bands(fig), _panels(fig)

@@ -18,11 +18,10 @@ from balancer import dashboards_render as dr
         (("node-a.1",), {}, "node-a.1"),
         (("it's\\x",), {}, "it\\\\'s\\\\x"),
         (("node-a.1",), {"multi": True}, "node-a\\\\.1"),
-        (("node-a.1",), {"includeAll": True}, "node-a\\\\.1"),
         (("a$^*{}[]'+?.()|b\\",), {"multi": True}, "a" + "".join("\\\\" + c for c in "$^*{}[]'+?.()|") + "b\\\\\\\\"),
         (("a.1", "b-2"), {"multi": True}, "(a\\\\.1|b-2)"),
     ],
-    ids=["one value: as it is", "one value: backslash and quote", "multi: a regex", "include-All: a regex",
+    ids=["one value: as it is", "one value: backslash and quote", "multi: a regex",
          "every metacharacter", "several joined"],
 )
 def test_values_are_escaped_as_grafanas_prometheus_data_source_escapes_them(values, var, expected):
