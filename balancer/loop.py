@@ -118,7 +118,8 @@ def _refused_scale(result: ActionResult) -> bool:
     """Whether `result` is a service's scaling that the actuator failed for good, having changed nothing (FAILED: a
     Deployment another controller keeps, an HPA KEDA generates, RBAC; or refused, `ActionResult.refused`): the
     capacity planner leaves the service alone for a while (`planner.refuse`, "Refused scales"). A RETRY (409, 5xx,
-    no answer) is tried again next cycle."""
+    no answer) is not remembered: a scale-up is asked again next cycle, a scale-down (a loan) after the service's hold
+    (`capacity_loop.unsent`)."""
     return isinstance(result.action, ScaleInference) and not result.maybe_applied and (
         result.outcome == Outcome.FAILED or result.refused is not None)
 
@@ -165,15 +166,16 @@ def _loans(a: ScaleTraining) -> set[str]:
 
 
 def _idle_workers(a: ScaleTraining, min_gain: float, waiting: set[str]) -> int:
-    """The workers of a growth into the GPUs of loans (`_on_loans`) that go without them (`_reduced`): those GPUs
-    idle already hold (`ScaleTraining.idle_workers`, the plan's count), where alone they meet the guard's minimum gain
+    """The workers of a growth into the GPUs of loans (`_on_loans`) that go without them (`_reduced`): those GPUs idle
+    already hold (`ScaleTraining.idle_workers`, the plan's count), where alone they meet the guard's minimum gain
     (`min_gain`, `safety.minExpectedGain`) and none of its loans is `waiting`: held back for the ledger
-    (`HeldForLedger`), it goes next cycle, the growth whole with it (its idle part sent alone now, the job's own
-    cooldown, `safety.cooldownS`, then refused the growth into the loan's GPUs, idle for up to that cooldown); come
-    back with its outcome unknown (`ActionResult.maybe_applied`), it may have freed its GPUs, and the next plan sees.
-    Else none. A loan refused by the review, dropped on the fresh snapshot, come back RETRY or FAILED (nothing
-    changed) does not go next cycle: a scale-down not sent waits out the service's hold (`capacity_loop.unsent`,
-    `CapacityPolicy.min_hold_s`), and the growth's idle part goes now, the rest with the loan then."""
+    (`HeldForLedger`), it goes the next cycle the ledger is saved, the growth whole with it (its idle part sent alone
+    now, the job's own cooldown, `safety.cooldownS`, then refused the growth into the loan's GPUs, idle for up to that
+    cooldown); come back with its outcome unknown (`ActionResult.maybe_applied`), it may have freed its GPUs, and the
+    next plan sees. Else none. A loan refused by the review, dropped on the fresh snapshot, come back RETRY or FAILED
+    (nothing changed) does not go next cycle: a scale-down not sent waits out the service's hold
+    (`capacity_loop.unsent`, `CapacityPolicy.min_hold_s`), and the growth's idle part goes now, the rest with the loan
+    then."""
     return a.idle_workers if a.idle_gain >= min_gain and not _loans(a) & waiting else 0
 
 
@@ -389,7 +391,7 @@ class Reconciler:
             self.state = planner_mod.hold_back(self.state, held, now, before)   # a scale held back too (`_unsent`)
             refused = [a for a, exc in kept if not isinstance(exc, EmergencyStop)]
             min_gain = self.guard.policy.min_expected_gain
-            waiting = {a.service for a in held if _is_loan(a)}   # go next cycle: their growths wait whole
+            waiting = {a.service for a in held if _is_loan(a)}   # go once the ledger is saved: their growths wait whole
             if all(_sends_nothing(a, min_gain, waiting) for a in review.accepted):   # none, or growths into loans
                 self._act(list(review.accepted), snap, rejected, now, done, waiting)   # held back: each rejected
             else:
