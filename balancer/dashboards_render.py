@@ -459,7 +459,7 @@ def _compile_regexes(doc: dict) -> None:
         if var.get("type") == "query" and var.get("regex"):
             try:
                 var["regex"] = _js_regex(var["regex"])
-            except re.error as exc:
+            except (re.error, ValueError, OverflowError) as exc:   # (?u) against re.ASCII; a{99999999999}
                 raise _Bad(f"templating.list[{i}].regex", var["regex"],
                            "a JavaScript regex, /pattern/flags, that Python's re reads too", str(exc)) from None
 
@@ -608,7 +608,8 @@ def _matched(found: list[str], pattern: re.Pattern | None) -> list[str]:
 
 def _js_regex(regex: str) -> re.Pattern:
     """A variable's regex as Grafana reads it (`/pattern/flags`, else the whole text); one Python's re cannot read
-    raises re.error (`_compile_regexes`)."""
+    raises re.error, ValueError (a `(?u)`, with the re.ASCII it is read with) or OverflowError (a repetition count
+    past what re counts), each refused where the dashboards are loaded (`_compile_regexes`)."""
     m = re.fullmatch(r"/(.*)/(\w*)", regex, re.DOTALL)
     pattern, flags = (m[1], m[2]) if m else (f"^{regex}$", "")
     pattern = re.sub(r"\(\?<(?=[A-Za-z_])", "(?P<", pattern)   # JavaScript's named groups

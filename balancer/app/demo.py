@@ -15,6 +15,7 @@ then `OUT/report.html` ties it together.
 
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
@@ -133,6 +134,11 @@ class Demo:
         empty = [f"{board}: {', '.join(panels)}" for board, panels in sorted(rendered.empty_panels.items()) if panels]
         if empty:
             r.text("Panels with no data over this run: " + "; ".join(empty) + ".")
+        # drawn without their options, as Grafana draws them (the error is Prometheus's text: escaped for the HTML)
+        failed = [html.escape(f"{board}: {variable} ({error})")
+                  for board, pairs in sorted(rendered.failed_variables.items()) for variable, error in pairs]
+        if failed:
+            r.text("Variables whose query failed, drawn without their options: " + "; ".join(failed) + ".")
         for png in rendered.written:
             r.image(png, self.out, png.stem)
 

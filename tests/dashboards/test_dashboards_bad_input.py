@@ -494,7 +494,11 @@ def test_a_library_panel_with_an_inline_copy_is_drawn_as_the_library_placeholder
 
 
 @pytest.mark.parametrize(("regex", "detail"), [("/(?<=a+)b/", "look-behind requires fixed-width pattern"),
-                                               (5, None)], ids=["a regex Python cannot read", "not a string"])
+                                               ("/(?u)x/", "ASCII and UNICODE flags are incompatible"),
+                                               ("a{99999999999}", "the repetition number is too large"),
+                                               (5, None)],
+                         ids=["a regex Python cannot read", "a unicode flag (ValueError)",
+                              "a repetition too large (OverflowError)", "not a string"])
 def test_a_variables_regex_python_cannot_read_is_refused_when_loaded_naming_file_field_value(tmp_path, capsys, regex,
                                                                                               detail):
     """Refused before any PNG is written, naming the file (it was found mid-render, some PNGs written, naming the
